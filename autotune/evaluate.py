@@ -1,0 +1,166 @@
+"""One plan in, a verdict and measurements out. Never raises for a plan's failure."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from autotune.build import UnsupportedPlan, build_candidate, not_supported_reasons
+from autotune.correctness import OFFICIAL_GATE, CaseBench, GateSettings, run_gate
+from autotune.measure import (
+    STUDY_TIMING,
+    TimingSettings,
+    measure_paired,
+    peak_forward_memory,
+    predict_peak_bytes,
+    tensor_bytes,
+)
+from autotune.outcome import Outcome, OutcomeKind
+from autotune.plan import Plan
+from autotune.reference import official_settings
+
+FAULT_ENV = "AUTOTUNE_INJECT_FAULT"  # tests only: "wrong", "crash", "hang", "raise"
+
+
+def classify_exception(exc: BaseException) -> OutcomeKind:
+    """Map an exception from building or running a plan to an outcome kind."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower():
+        return OutcomeKind.OUT_OF_MEMORY
+    if isinstance(exc, UnsupportedPlan):
+        return OutcomeKind.UNSUPPORTED
+    name = type(exc).__name__
+    module = type(exc).__module__ or ""
+    if "OutOfResources" in name:
+        return OutcomeKind.UNSUPPORTED
+    if (
+        name in ("CompilationError", "BackendCompilerFailed", "InductorError", "Unsupported")
+        or module.startswith(("torch._dynamo", "torch._inductor", "triton.compiler"))
+    ):
+        return OutcomeKind.COMPILE_ERROR
+    if "No available kernel" in str(exc) or "not supported" in str(exc).lower():
+        return OutcomeKind.UNSUPPORTED
+    return OutcomeKind.RUNTIME_ERROR
+
+
+def _cleanup(cuda: bool) -> None:
+    gc.collect()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _inject_fault(model: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
+    fault = os.environ.get(FAULT_ENV, "")
+    if not fault:
+        return model
+    if fault == "crash":
+        os.abort()
+    if fault == "hang":
+        while True:
+            time.sleep(1)
+    if fault == "raise":
+        raise RuntimeError("injected fault")
+    if fault == "wrong":
+        return lambda x, m: model(x, m) * 1.01 + 0.01
+    raise ValueError(f"{FAULT_ENV}={fault!r}: use wrong, crash, hang or raise")
+
+
+def evaluate_plan(
+    bench: CaseBench,
+    plan: Plan,
+    *,
+    timing: TimingSettings | None = STUDY_TIMING,
+    gate: GateSettings = OFFICIAL_GATE,
+    capacity_bytes: int | None = None,
+) -> Outcome:
+    """Check support and predicted memory, build, gate on correctness, then time.
+
+    ``timing=None`` skips timing (correctness only). Every failure is an Outcome.
+    """
+    config = bench.case.config
+    device = bench.device
+    cuda = device.type == "cuda"
+    phases: dict[str, float] = {}
+    predicted = predict_peak_bytes(plan, config)
+    reasons = not_supported_reasons(plan, config, device)
+    if reasons:
+        return Outcome(OutcomeKind.UNSUPPORTED, "; ".join(reasons),
+                       predicted_memory_bytes=predicted)
+    if capacity_bytes is not None and predicted > capacity_bytes:
+        return Outcome(
+            OutcomeKind.OUT_OF_MEMORY,
+            f"predicted peak {predicted / 2**30:.2f} GiB exceeds the capacity "
+            f"{capacity_bytes / 2**30:.2f} GiB (not run)",
+            predicted_memory_bytes=predicted,
+        )
+    model = None
+    try:
+        with official_settings():
+            t0 = time.perf_counter()
+            model = build_candidate(plan, config, device, bench.state_dict)
+            fn = _inject_fault(model)
+            phases["build"] = time.perf_counter() - t0
+            # First forward: compile/capture happen here; its peak is the plan's peak.
+            x, mask = bench.timing_inputs()
+            held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                peak = peak_forward_memory(lambda: fn(x, mask), held, cuda=cuda)
+                if not cuda:
+                    fn(x, mask)
+            phases["first_call"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            result = run_gate(bench, fn, gate)
+            phases["correctness"] = time.perf_counter() - t0
+            if not result.passed:
+                return Outcome(
+                    OutcomeKind.WRONG_RESULT,
+                    f"seed {result.failing_seed[0]}{' padded' if result.failing_seed[1] else ''}"
+                    if result.failing_seed else "",
+                    report=result.worst,
+                    seeds_checked=result.seeds_checked,
+                    padded_seeds_checked=result.padded_seeds_checked,
+                    peak_memory_bytes=peak,
+                    predicted_memory_bytes=predicted,
+                    phase_seconds=phases,
+                )
+            stats = None
+            ref_peak = None
+            if timing is not None:
+                t0 = time.perf_counter()
+                ref = bench.reference
+                with torch.inference_mode():
+                    ref_held = tensor_bytes(x, mask) + sum(
+                        tensor_bytes(p) for p in ref.parameters()
+                    )
+                    ref_peak = peak_forward_memory(lambda: ref(x, mask), ref_held, cuda=cuda)
+                    stats = measure_paired(
+                        lambda: ref(x, mask), lambda: fn(x, mask), timing, cuda=cuda
+                    )
+                phases["timing"] = time.perf_counter() - t0
+            return Outcome(
+                OutcomeKind.PASSED,
+                report=result.worst,
+                seeds_checked=result.seeds_checked,
+                padded_seeds_checked=result.padded_seeds_checked,
+                timing=stats,
+                peak_memory_bytes=peak,
+                ref_peak_memory_bytes=ref_peak,
+                predicted_memory_bytes=predicted,
+                phase_seconds=phases,
+            )
+    except Exception as exc:  # a plan's failure is data, never the caller's crash
+        kind = classify_exception(exc)
+        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+        if isinstance(exc, UnsupportedPlan):
+            message = str(exc)
+        return Outcome(kind, message[:500], predicted_memory_bytes=predicted,
+                       phase_seconds=phases)
+    finally:
+        del model
+        _cleanup(cuda)

@@ -1,0 +1,156 @@
+"""Golden vectors from the original benchmark script, and the conformance check."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from autotune.reference import (
+    CorrectnessReport,
+    ReferenceTransformer,
+    TransformerConfig,
+    check_outputs,
+    generate_random_case,
+    official_settings,
+)
+
+REQUIRED_KEYS = (
+    "name",
+    "config",
+    "seed",
+    "padding_ratio",
+    "input_scale",
+    "state_dict",
+    "x",
+    "valid_token_mask",
+    "output",
+)
+REFERENCE_TOLERANCE = 1e-5
+
+
+@dataclasses.dataclass
+class GoldenVector:
+    name: str
+    config: TransformerConfig
+    seed: int
+    padding_ratio: float
+    input_scale: float
+    state_dict: dict[str, Tensor]
+    x: Tensor
+    valid_token_mask: Tensor
+    output: Tensor
+
+
+def load_vector(path: str | Path) -> GoldenVector:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"golden vector {str(path)!r} does not exist")
+    try:
+        data: dict[str, Any] = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:
+        raise ValueError(f"cannot read golden vector {str(path)!r}: {exc}") from exc
+    missing = [k for k in REQUIRED_KEYS if k not in data]
+    if missing:
+        raise ValueError(
+            f"golden vector {str(path)!r} lacks keys {missing}; the format is in shared/golden"
+        )
+    return GoldenVector(
+        name=str(data["name"]),
+        config=TransformerConfig.from_dict(dict(data["config"])),
+        seed=int(data["seed"]),
+        padding_ratio=float(data["padding_ratio"]),
+        input_scale=float(data["input_scale"]),
+        state_dict=dict(data["state_dict"]),
+        x=data["x"],
+        valid_token_mask=data["valid_token_mask"],
+        output=data["output"],
+    )
+
+
+@dataclasses.dataclass
+class ConformanceResult:
+    name: str
+    passed: bool
+    max_abs_err: float
+    detail: str
+    report: CorrectnessReport | None = None
+
+    def line(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        err = f"{self.max_abs_err:.3e}" if math.isfinite(self.max_abs_err) else "inf"
+        tail = f"  {self.detail}" if self.detail else ""
+        return f"{self.name:<28} {verdict}  max abs err {err}{tail}"
+
+
+# A subject under test: given a config and the vector's weights, a module to run.
+SubjectFactory = Callable[[TransformerConfig, dict[str, Tensor]], nn.Module]
+
+
+def reference_subject(config: TransformerConfig, state_dict: dict[str, Tensor]) -> nn.Module:
+    model = ReferenceTransformer(config).eval()
+    model.load_state_dict(state_dict)
+    return model
+
+
+def check_vector(
+    vector: GoldenVector,
+    subject: SubjectFactory = reference_subject,
+    *,
+    exact_tolerance: float | None = REFERENCE_TOLERANCE,
+) -> ConformanceResult:
+    """Regenerate inputs (exactly), run the subject, compare with the stored output.
+
+    ``exact_tolerance`` set: the subject must match within that absolute error (the
+    reference's own conformance). ``None``: the correctness rule decides (candidates).
+    """
+    x, mask = generate_random_case(
+        vector.config, "cpu", torch.float32, vector.seed, vector.padding_ratio, vector.input_scale
+    )
+    if not torch.equal(x, vector.x):
+        return ConformanceResult(vector.name, False, math.inf, "regenerated x differs")
+    if not torch.equal(mask, vector.valid_token_mask):
+        return ConformanceResult(vector.name, False, math.inf, "regenerated mask differs")
+    try:
+        model = subject(vector.config, vector.state_dict)
+        with official_settings(), torch.inference_mode():
+            out = model(vector.x.clone(), vector.valid_token_mask.clone())
+    except Exception as exc:  # a subject that cannot run fails the vector, with the reason
+        return ConformanceResult(vector.name, False, math.inf, f"{type(exc).__name__}: {exc}")
+    report = check_outputs(out, vector.output)
+    if exact_tolerance is not None:
+        ok = report.n_nonfinite == 0 and report.max_abs_err <= exact_tolerance
+        detail = "" if ok else f"over {exact_tolerance:g} absolute"
+        return ConformanceResult(vector.name, ok, report.max_abs_err, detail, report)
+    detail = "" if report.passed else report.summary()
+    if report.passed:
+        detail = f"worst {report.budget_share:.3f} of allowance"
+    return ConformanceResult(vector.name, report.passed, report.max_abs_err, detail, report)
+
+
+def run_conformance(
+    paths: Sequence[str | Path],
+    subject: SubjectFactory = reference_subject,
+    *,
+    exact_tolerance: float | None = REFERENCE_TOLERANCE,
+    emit: Callable[[str], None] = print,
+) -> tuple[int, int]:
+    """Check every vector; print a line each and ``N passed, N failed``."""
+    passed = failed = 0
+    for path in paths:
+        try:
+            vector = load_vector(path)
+        except ValueError as exc:
+            result = ConformanceResult(Path(path).stem, False, math.inf, str(exc))
+        else:
+            result = check_vector(vector, subject, exact_tolerance=exact_tolerance)
+        emit(result.line())
+        passed += result.passed
+        failed += not result.passed
+    emit(f"{passed} passed, {failed} failed")
+    return passed, failed

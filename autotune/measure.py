@@ -1,0 +1,169 @@
+"""Honest timing and memory: paired, interleaved, medians, noise, peak memory, a model.
+
+On CUDA each forward is timed with CUDA events on the current stream; on the CPU with
+``perf_counter_ns``. Reference and candidate run in the same process, interleaved, the
+order alternating each round; the figure of merit is the ratio of medians.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from autotune.outcome import TimingStats
+from autotune.plan import Plan
+from autotune.reference import TransformerConfig
+
+Forward = Callable[[], Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingSettings:
+    warmup: int = 20
+    rounds: int = 3
+    reps: int = 100
+    # Trials may cap the time spent: reps shrink so one model's round stays under this.
+    max_round_seconds: float | None = None
+    min_reps: int = 5
+
+
+OFFICIAL_TIMING = TimingSettings(warmup=20, rounds=3, reps=100)
+STUDY_TIMING = TimingSettings(warmup=3, rounds=3, reps=30, max_round_seconds=0.25)
+
+
+def _time_forwards(fn: Forward, reps: int, cuda: bool) -> list[float]:
+    """Milliseconds of each of ``reps`` forwards."""
+    if cuda:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return times
+
+
+def _sync(cuda: bool) -> None:
+    if cuda:
+        torch.cuda.synchronize()
+
+
+def measure_paired(
+    reference: Forward, candidate: Forward, settings: TimingSettings, *, cuda: bool
+) -> TimingStats:
+    """Warm up both, then ``rounds`` rounds of ``reps`` forwards each, order alternating."""
+    for fn in (reference, candidate):
+        for _ in range(settings.warmup):
+            fn()
+        _sync(cuda)
+    reps = settings.reps
+    if settings.max_round_seconds is not None:
+        probe = _time_forwards(reference, 2, cuda) + _time_forwards(candidate, 2, cuda)
+        slowest_ms = max(probe)
+        fit = int(settings.max_round_seconds * 1000 / max(slowest_ms, 1e-3))
+        reps = max(settings.min_reps, min(reps, fit))
+    ref_all: list[float] = []
+    cand_all: list[float] = []
+    ref_rounds: list[float] = []
+    cand_rounds: list[float] = []
+    for r in range(settings.rounds):
+        order = ((reference, ref_all, ref_rounds), (candidate, cand_all, cand_rounds))
+        if r % 2 == 1:
+            order = order[::-1]
+        for fn, sink, round_sink in order:
+            times = _time_forwards(fn, reps, cuda)
+            sink.extend(times)
+            round_sink.append(statistics.median(times))
+    ref_med = statistics.median(ref_all)
+    cand_med = statistics.median(cand_all)
+    speedup = ref_med / cand_med if cand_med > 0 else float("inf")
+    per_round = [r / c for r, c in zip(ref_rounds, cand_rounds, strict=True) if c > 0]
+    noise = max(abs(s - speedup) / speedup for s in per_round) if per_round else 0.0
+    return TimingStats(
+        ref_median_ms=ref_med,
+        cand_median_ms=cand_med,
+        speedup=speedup,
+        noise=noise,
+        rounds=settings.rounds,
+        reps=reps,
+        ref_round_medians=tuple(ref_rounds),
+        cand_round_medians=tuple(cand_rounds),
+        clock="cuda-events" if cuda else "perf_counter_ns",
+    )
+
+
+def tensor_bytes(*tensors: Tensor | None) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def peak_forward_memory(fn: Forward, held_bytes: int, *, cuda: bool) -> int | None:
+    """Peak bytes of one forward on CUDA: the most allocated above what was held before,
+    plus ``held_bytes`` (weights and input the caller holds). None on the CPU (not run)."""
+    if not cuda:
+        return None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before + held_bytes
+
+
+def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
+    """A conservative model of a plan's peak memory (bytes) for a case.
+
+    Inputs and outputs of the whole batch, the weights (and derived copies), and the
+    transient working set of one layer for one batch chunk: activations, the
+    projections and, for attention backends that materialise them, the scores.
+    """
+    b, s, d, h, f, n_layers = (
+        config.batch_size,
+        config.seq_len,
+        config.d_model,
+        config.num_heads,
+        config.ffn_dim,
+        config.num_layers,
+    )
+    fp = 4
+    chunk = plan.batch_chunk if 0 < plan.batch_chunk < b else b
+    tokens = chunk * s
+    weights = n_layers * (4 * d * d + 4 * d + 2 * d * f + d + f) * fp
+    low = {"fp16": 2, "bf16": 2}
+    gemm_bytes = low.get(plan.gemm_precision, fp)
+    attn_bytes = low.get(plan.attn_precision, fp)
+    derived = 0
+    if plan.qkv == "packed" or plan.gemm_precision in low:
+        derived = n_layers * (3 * d * d + 3 * d) * gemm_bytes
+        if plan.gemm_precision in low:
+            derived += n_layers * (d * d + 2 * d * f) * gemm_bytes
+    io = 2 * b * s * d * fp  # input and output of the whole batch
+    if plan.cuda_graph:
+        io += 2 * b * s * d * fp  # static input and output copies
+    acts = tokens * d * fp * 4  # residual, normed, attention out, ffn out
+    qkv = 3 * tokens * d * fp * (2 if plan.heads == "contiguous" else 1)
+    if plan.attn_precision in low:
+        qkv += 3 * tokens * d * attn_bytes
+    ffn = 2 * tokens * f * fp
+    if plan.gemm_precision in low:
+        ffn += tokens * max(f, 3 * d) * gemm_bytes
+    scores = 0
+    if plan.attention in ("reference", "sdpa_math"):
+        scores = 3 * chunk * h * s * s * max(attn_bytes, fp)
+    elif plan.attention in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn"):
+        scores = chunk * h * s * fp * 2  # log-sum-exp and workspace
+        if plan.mask == "apply":
+            scores += chunk * s * s  # bool [B,1,S,S] mask for SDPA
+    workspace = 64 * 2**20  # cuBLAS workspace, allocator rounding
+    return int(weights + derived + io + acts + qkv + ffn + scores + workspace)

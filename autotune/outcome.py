@@ -1,0 +1,128 @@
+"""Typed, serialisable outcomes of evaluating one plan on one case."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from typing import Any
+
+from autotune.reference import CorrectnessReport
+
+
+class OutcomeKind(enum.StrEnum):
+    PASSED = "passed"
+    WRONG_RESULT = "wrong_result"
+    UNSUPPORTED = "unsupported"
+    OUT_OF_MEMORY = "out_of_memory"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+
+    @property
+    def label(self) -> str:
+        return self.value.replace("_", " ")
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingStats:
+    """Paired, interleaved timing of reference and candidate (milliseconds)."""
+
+    ref_median_ms: float
+    cand_median_ms: float
+    speedup: float
+    noise: float  # relative disagreement of the per-round speedups with the overall one
+    rounds: int
+    reps: int
+    ref_round_medians: tuple[float, ...] = ()
+    cand_round_medians: tuple[float, ...] = ()
+    clock: str = "cuda-events"
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["ref_round_medians"] = list(self.ref_round_medians)
+        data["cand_round_medians"] = list(self.cand_round_medians)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TimingStats:
+        data = dict(data)
+        data["ref_round_medians"] = tuple(data.get("ref_round_medians", ()))
+        data["cand_round_medians"] = tuple(data.get("cand_round_medians", ()))
+        return cls(**data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What happened to a plan: its kind, the evidence, and the measurements."""
+
+    kind: OutcomeKind
+    message: str = ""
+    report: CorrectnessReport | None = None  # the worst seed's report
+    seeds_checked: int = 0
+    padded_seeds_checked: int = 0
+    timing: TimingStats | None = None
+    peak_memory_bytes: int | None = None
+    ref_peak_memory_bytes: int | None = None
+    predicted_memory_bytes: int | None = None
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.kind is OutcomeKind.PASSED
+
+    @property
+    def violation(self) -> float:
+        """Correctness constraint: worst budget share minus 1 (<= 0 feasible)."""
+        if self.report is not None:
+            v = self.report.violation
+            return v if math.isfinite(v) else 1e6
+        return 0.0 if self.passed else 1e6
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "message": self.message,
+            "report": self.report.to_json() if self.report else None,
+            "seeds_checked": self.seeds_checked,
+            "padded_seeds_checked": self.padded_seeds_checked,
+            "timing": self.timing.to_json() if self.timing else None,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "ref_peak_memory_bytes": self.ref_peak_memory_bytes,
+            "predicted_memory_bytes": self.predicted_memory_bytes,
+            "phase_seconds": dict(self.phase_seconds),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Outcome:
+        return cls(
+            kind=OutcomeKind(data["kind"]),
+            message=data.get("message", ""),
+            report=CorrectnessReport.from_json(data["report"]) if data.get("report") else None,
+            seeds_checked=data.get("seeds_checked", 0),
+            padded_seeds_checked=data.get("padded_seeds_checked", 0),
+            timing=TimingStats.from_json(data["timing"]) if data.get("timing") else None,
+            peak_memory_bytes=data.get("peak_memory_bytes"),
+            ref_peak_memory_bytes=data.get("ref_peak_memory_bytes"),
+            predicted_memory_bytes=data.get("predicted_memory_bytes"),
+            phase_seconds=dict(data.get("phase_seconds", {})),
+        )
+
+    def summary_line(self) -> str:
+        if self.passed and self.timing is not None:
+            t = self.timing
+            peak = (
+                f", peak {self.peak_memory_bytes / 2**20:.0f} MiB"
+                if self.peak_memory_bytes is not None
+                else ""
+            )
+            return (
+                f"PASS {t.speedup:.2f}x (ref {t.ref_median_ms:.2f} ms, plan "
+                f"{t.cand_median_ms:.2f} ms, noise {100 * t.noise:.1f}%{peak})"
+            )
+        if self.passed:
+            return "PASS (not timed)"
+        if self.kind is OutcomeKind.WRONG_RESULT and self.report is not None:
+            return f"FAIL wrong result: {self.report.summary()}"
+        return f"FAIL {self.kind.label}: {self.message}"

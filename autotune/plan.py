@@ -1,0 +1,255 @@
+"""Plans: one frozen, hashable, JSON-round-trippable choice of every implementation knob.
+
+A plan is data. Search spaces produce plans, the builder turns them into modules and
+the generated tables store them. A JSON plan may name only some knobs; the others take
+the reference's choice. The short hash covers only the knobs that differ from the
+reference, so adding a knob later does not change the hash of an existing plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One implementation choice: its values (or integer range), default and needs."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[Any, ...] = ()
+    int_range: tuple[int, int] | None = None  # inclusive, for integer knobs
+    needs: Mapping[Any, str] = dataclasses.field(default_factory=dict)
+    group: str = "harness"
+
+    def validate(self, value: Any) -> Any:
+        if self.int_range is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(
+                    f"knob {self.name!r} takes an integer in {self.int_range[0]}.."
+                    f"{self.int_range[1]}, got {value!r}"
+                )
+            lo, hi = self.int_range
+            if not lo <= value <= hi:
+                raise ValueError(
+                    f"knob {self.name!r} takes an integer in {lo}..{hi}, got {value}"
+                )
+            return value
+        if value not in self.choices or type(value) is not type(self.default):
+            valid = ", ".join(json.dumps(c) for c in self.choices)
+            raise ValueError(f"knob {self.name!r} has no value {value!r}; valid values: {valid}")
+        return value
+
+    def describe_values(self) -> str:
+        if self.int_range is not None:
+            return f"integer {self.int_range[0]}..{self.int_range[1]}"
+        return " | ".join(json.dumps(c) for c in self.choices)
+
+
+PRECISIONS = ("fp32", "ieee", "fp16", "bf16")
+
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "attention",
+        "reference",
+        "attention backend",
+        choices=(
+            "reference",
+            "sdpa_math",
+            "sdpa_efficient",
+            "sdpa_flash",
+            "sdpa_cudnn",
+            "triton",
+        ),
+        needs={
+            "reference": "any device",
+            "sdpa_math": "any device",
+            "sdpa_efficient": "CUDA",
+            "sdpa_flash": "CUDA sm_80+ with fp16/bf16 attention precision (CPU: any precision)",
+            "sdpa_cudnn": "CUDA sm_80+ with fp16/bf16 attention precision",
+            "triton": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
+        },
+    ),
+    Knob(
+        "qkv",
+        "separate",
+        "QKV projection: three GEMMs, or one packed GEMM with views into its output",
+        choices=("separate", "packed"),
+    ),
+    Knob(
+        "heads",
+        "contiguous",
+        "head layout: contiguous [B,H,S,hd] copies, or strided views with no copies",
+        choices=("contiguous", "strided"),
+    ),
+    Knob(
+        "mask",
+        "apply",
+        "mask handling: always apply, or drop masks proven no-ops at run time "
+        "(all-True; causal with right padding for valid rows)",
+        choices=("apply", "elide"),
+    ),
+    Knob(
+        "attn_precision",
+        "fp32",
+        "operand precision inside attention (fp32 = TF32 matmuls as the reference)",
+        choices=PRECISIONS,
+        needs={"bf16": "CUDA sm_80+ or CPU", "fp16": "any device (slow on CPU)"},
+    ),
+    Knob(
+        "gemm_precision",
+        "fp32",
+        "operand precision of the projection and FFN GEMMs (fp32 accumulation)",
+        choices=PRECISIONS,
+        needs={"bf16": "CUDA sm_80+ or CPU", "fp16": "any device (slow on CPU)"},
+    ),
+    Knob(
+        "batch_chunk",
+        0,
+        "process the batch in chunks of N sequences (0 = whole batch): bounded memory",
+        int_range=(0, 1 << 20),
+    ),
+    Knob(
+        "compile",
+        "none",
+        "torch.compile mode of the forward",
+        choices=("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+        needs={"reduce-overhead": "CUDA, and cuda_graph false (it captures graphs itself)"},
+    ),
+    Knob(
+        "cuda_graph",
+        False,
+        "capture the whole forward as one CUDA graph per shape and mask contract",
+        choices=(False, True),
+        needs={True: "CUDA"},
+    ),
+    # Triton kernels (kernels/): tiles of the fused attention, fused LayerNorm, FFN epilogue.
+    Knob("attn_block_m", 64, "Triton attention: query rows per program", choices=(16, 32, 64, 128),
+         group="kernels"),
+    Knob("attn_block_n", 64, "Triton attention: keys per inner step", choices=(16, 32, 64, 128),
+         group="kernels"),
+    Knob("attn_warps", 4, "Triton attention: warps per program", choices=(1, 2, 4, 8),
+         group="kernels"),
+    Knob("attn_stages", 2, "Triton attention: software pipeline stages", choices=(1, 2, 3, 4),
+         group="kernels"),
+    Knob(
+        "layernorm",
+        "torch",
+        "LayerNorm: torch ops, or the fused residual-add + LayerNorm + row-zeroing Triton kernel",
+        choices=("torch", "triton"),
+        needs={"triton": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU"},
+        group="kernels",
+    ),
+    Knob(
+        "ffn_act",
+        "torch",
+        "ffn_in bias + exact GELU: torch ops, a Triton epilogue after a bias-free GEMM, "
+        "or a Triton GEMM with the GELU epilogue",
+        choices=("torch", "triton_epilogue", "triton_gemm"),
+        needs={
+            "triton_epilogue": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
+            "triton_gemm": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
+        },
+        group="kernels",
+    ),
+)
+
+KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Every implementation choice; defaults are the reference's choices."""
+
+    attention: str = "reference"
+    qkv: str = "separate"
+    heads: str = "contiguous"
+    mask: str = "apply"
+    attn_precision: str = "fp32"
+    gemm_precision: str = "fp32"
+    batch_chunk: int = 0
+    compile: str = "none"
+    cuda_graph: bool = False
+    attn_block_m: int = 64
+    attn_block_n: int = 64
+    attn_warps: int = 4
+    attn_stages: int = 2
+    layernorm: str = "torch"
+    ffn_act: str = "torch"
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            KNOBS_BY_NAME[field.name].validate(getattr(self, field.name))
+
+    # --- serialisation -------------------------------------------------------------
+    def to_dict(self, *, full: bool = True) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if full:
+            return data
+        default = dataclasses.asdict(REFERENCE_PLAN)
+        return {k: v for k, v in data.items() if v != default[k]}
+
+    def to_json(self, *, full: bool = False) -> str:
+        return json.dumps(self.to_dict(full=full), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a plan is a JSON object of knob: value, got {data!r}")
+        unknown = sorted(set(data) - set(KNOBS_BY_NAME))
+        if unknown:
+            raise ValueError(
+                f"unknown knob(s) {unknown}; valid knobs: {', '.join(KNOBS_BY_NAME)} "
+                "(run 'autotune knobs' for their values)"
+            )
+        return cls(**dict(data))
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"plan is not valid JSON ({exc}): {text[:80]!r}") from exc
+        return cls.from_dict(data)
+
+    @property
+    def hash(self) -> str:
+        """Stable short hash over the knobs that differ from the reference plan."""
+        return hashlib.sha256(self.to_json(full=False).encode()).hexdigest()[:12]
+
+    def replace(self, **changes: Any) -> Plan:
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        diff = self.to_dict(full=False)
+        if not diff:
+            return "reference"
+        return " ".join(f"{k}={v}" for k, v in sorted(diff.items()))
+
+    @property
+    def uses_triton(self) -> bool:
+        return (
+            self.attention == "triton" or self.layernorm == "triton" or self.ffn_act != "torch"
+        )
+
+
+REFERENCE_PLAN = Plan()
+
+
+def parse_plan(text: str) -> Plan:
+    """A plan from CLI text: ``reference``, JSON text, or ``@path/to/plan.json``."""
+    text = text.strip()
+    if text == "reference":
+        return REFERENCE_PLAN
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise ValueError(f"plan file {str(path)!r} does not exist")
+        text = path.read_text()
+    return Plan.from_json(text)

@@ -1,0 +1,423 @@
+"""Fused attention forward (FlashAttention-2 style online softmax), its reference, checks.
+
+Layout: q, k, v and the output are ``[B, S, H, head_dim]`` views with arbitrary strides
+(last-dim stride 1), e.g. slices of a packed ``[B, S, 3D]`` QKV projection viewed as
+``[B, S, 3, H, hd]``; the output can be written straight into a ``[B, S, D]`` buffer viewed
+as ``[B, S, H, hd]``.
+
+Arithmetic (REFERENCE.md steps 2-6): ``scores = (q @ k^T) * scale``; keys ``j > i`` masked
+when causal; keys ``j >= key_lengths[b]`` masked; softmax in fp32; ``probs @ v``. The kernel
+never stores scores: each program owns ``BLOCK_M`` query rows of one (batch, head) and
+streams key blocks, keeping the running max ``m``, sum ``l`` and accumulator in fp32.
+``exp2`` is used with ``log2(e)`` folded into the scale.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._precision import (
+    HALF_PRECISIONS,
+    check_precision,
+    dot,
+    precision_reasons,
+    to_operand,
+)
+from kernels._triton import (
+    INT32_MAX,
+    SUPPORTED_NUM_WARPS,
+    check_launch_device,
+    device_reasons,
+    is_interpreted,
+    is_power_of_2,
+    next_power_of_2,
+)
+
+MIN_HEAD_DIM = 8
+MAX_HEAD_DIM = 256
+MIN_BLOCK = 16  # tl.dot needs every tile dimension >= 16
+LOG2_E = math.log2(math.e)
+
+__all__ = [
+    "attention",
+    "attention_reference",
+    "estimate_shared_memory_bytes",
+    "not_supported_reasons",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Reference
+# --------------------------------------------------------------------------------------
+def attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    key_lengths: torch.Tensor | None = None,
+    scale: float | None = None,
+    query_rows: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Plain PyTorch attention following REFERENCE.md steps 2-6; returns ``[B, S, H, hd]``.
+
+    Materialises the scores. ``query_rows`` (1-D int tensor of query positions) restricts
+    the computation to those rows (returns ``[B, len(query_rows), H, hd]``), which keeps
+    the memory linear in S for spot checks at long sequence lengths.
+    """
+    seq_len, head_dim = q.shape[1], q.shape[3]
+    scale = head_dim**-0.5 if scale is None else scale
+    qh = q.transpose(1, 2)  # [B, H, S, hd]
+    kh = k.transpose(1, 2).contiguous()
+    vh = v.transpose(1, 2).contiguous()
+    rows = torch.arange(seq_len, device=q.device) if query_rows is None else query_rows
+    rows = rows.to(device=q.device, dtype=torch.long)
+    qh = qh.index_select(2, rows).contiguous()
+    scores = (qh @ kh.transpose(-2, -1)) * scale  # [B, H, R, S]
+    keys = torch.arange(seq_len, device=q.device)
+    if causal:
+        scores = scores.masked_fill(keys[None, :] > rows[:, None], float("-inf"))
+    if key_lengths is not None:
+        valid = keys[None, :] < key_lengths.to(q.device)[:, None]  # [B, S]
+        scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    return (probs @ vh).transpose(1, 2).contiguous()
+
+
+# --------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------
+@triton.jit
+def _attend_key_block(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_ks, stride_vs,
+    start_n, offs_m, offs_n0, offs_d, kv_len, head_dim, qk_scale,
+    MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """One online-softmax step over keys ``[start_n, start_n + BLOCK_N)``.
+
+    MASKED=False is only used for blocks where every key is valid for every query row.
+    """
+    offs_n = start_n + offs_n0
+    d_ok = offs_d < head_dim
+    n_ok = offs_n < kv_len
+    kt_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None]
+    v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
+    if MASKED:
+        kt = tl.load(kt_ptrs, mask=n_ok[None, :] & d_ok[:, None], other=0.0)
+    elif EVEN_D:
+        kt = tl.load(kt_ptrs)
+    else:
+        kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0)
+    kt = to_operand(kt, PRECISION, EMULATE_BF16_DOT)
+    qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT)
+    qk = qk * qk_scale  # log2 domain: scale * log2(e)
+    if MASKED:
+        valid = n_ok[None, :]
+        if CAUSAL:
+            valid = valid & (offs_n[None, :] <= offs_m[:, None])
+        qk = tl.where(valid, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # A row with no valid key so far keeps m = -inf; subtract 0 instead (no NaN).
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        m_use = m_new
+    p = tl.exp2(qk - m_use[:, None])
+    alpha = tl.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if MASKED:
+        v = tl.load(v_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+    elif EVEN_D:
+        v = tl.load(v_ptrs)
+    else:
+        v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+    v = to_operand(v, PRECISION, EMULATE_BF16_DOT)
+    p = to_operand(p, PRECISION, EMULATE_BF16_DOT)
+    acc = dot(p, v, acc, PRECISION, EMULATE_BF16_DOT)
+    return acc, l_i, m_new
+
+
+@triton.jit
+def _attention_fwd_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, key_lengths_ptr,
+    stride_qb, stride_qs, stride_qh,
+    stride_kb, stride_ks, stride_kh,
+    stride_vb, stride_vs, stride_vh,
+    stride_ob, stride_os, stride_oh,
+    num_heads, seq_len, head_dim, qk_scale,
+    CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):
+    # 1-D grid: (batch * head)-major so the query blocks of one head run together and
+    # share its K/V in L2; within a head the most expensive (last, causal) blocks go first.
+    num_m_blocks = tl.cdiv(seq_len, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_bh = pid // num_m_blocks
+    pid_m = num_m_blocks - 1 - pid % num_m_blocks
+    off_b = (pid_bh // num_heads).to(tl.int64)
+    off_h = (pid_bh % num_heads).to(tl.int64)
+    q_base = q_ptr + off_b * stride_qb + off_h * stride_qh
+    k_base = k_ptr + off_b * stride_kb + off_h * stride_kh
+    v_base = v_ptr + off_b * stride_vb + off_h * stride_vh
+    o_base = o_ptr + off_b * stride_ob + off_h * stride_oh
+
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_ok = offs_m < seq_len
+    d_ok = offs_d < head_dim
+    q = tl.load(
+        q_base + offs_m[:, None] * stride_qs + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    q = to_operand(q, PRECISION, EMULATE_BF16_DOT)
+
+    kv_len = seq_len
+    if HAS_KEY_LENGTHS:
+        kv_len = tl.minimum(tl.load(key_lengths_ptr + off_b).to(tl.int32), seq_len)
+        kv_len = tl.maximum(kv_len, 0)
+    # Key blocks in [0, full_hi) are valid for every row of this query block; blocks in
+    # [full_hi, hi) need the tail / padding / causal mask; keys >= hi are skipped.
+    if CAUSAL:
+        hi = tl.minimum(kv_len, start_m + BLOCK_M)
+        full_hi = tl.minimum(kv_len, start_m + 1)
+    else:
+        hi = kv_len
+        full_hi = kv_len
+    full_hi = (full_hi // BLOCK_N) * BLOCK_N
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start_n in range(0, full_hi, BLOCK_N):
+        acc, l_i, m_i = _attend_key_block(
+            acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+            start_n, offs_m, offs_n0, offs_d, kv_len, head_dim, qk_scale,
+            False, CAUSAL, EVEN_D, PRECISION, EMULATE_BF16_DOT, BLOCK_M, BLOCK_N, BLOCK_D,
+        )
+    for start_n in range(full_hi, hi, BLOCK_N):
+        acc, l_i, m_i = _attend_key_block(
+            acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
+            start_n, offs_m, offs_n0, offs_d, kv_len, head_dim, qk_scale,
+            True, CAUSAL, EVEN_D, PRECISION, EMULATE_BF16_DOT, BLOCK_M, BLOCK_N, BLOCK_D,
+        )
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no valid key at all: output 0, not NaN
+    out = acc / l_safe[:, None]
+    tl.store(
+        o_base + offs_m[:, None] * stride_os + offs_d[None, :],
+        out,
+        mask=row_ok[:, None] & d_ok[None, :],
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Planning: what a configuration needs and whether it can run
+# --------------------------------------------------------------------------------------
+def padded_head_dim(head_dim: int) -> int:
+    """BLOCK_D: head_dim rounded up to a power of two, at least 16."""
+    return max(MIN_BLOCK, next_power_of_2(head_dim))
+
+
+def estimate_shared_memory_bytes(
+    *, head_dim: int, block_m: int, block_n: int, num_stages: int, precision: str
+) -> int:
+    """Rough shared memory of one program, in bytes (an estimate, not the compiler's count).
+
+    - K and V tiles are staged as loaded (fp32) in ``num_stages`` pipeline buffers each:
+      ``num_stages * 2 * block_n * BLOCK_D * 4``;
+    - the Q tile in operand precision: ``block_m * BLOCK_D * operand_bytes``;
+    - fp16/bf16 only: the converted K and V operand tiles, ``2 * block_n * BLOCK_D * 2``.
+
+    The compiler may need somewhat less (fewer pipeline buffers) or more (layout
+    conversion scratch); an estimate under the limit can still fail to compile with
+    OutOfResources, which callers should record as "unsupported".
+    """
+    block_d = padded_head_dim(head_dim)
+    staged_kv = num_stages * 2 * block_n * block_d * 4
+    half = precision in HALF_PRECISIONS
+    q_tile = block_m * block_d * (2 if half else 4)
+    converted_kv = 2 * block_n * block_d * 2 if half else 0
+    return staged_kv + q_tile + converted_kv
+
+
+def _config_errors(
+    *, head_dim: int, block_m: int, block_n: int, num_warps: int, num_stages: int,
+    precision: str,
+) -> list[str]:
+    """Reasons a configuration cannot run at all (the launcher raises on these)."""
+    reasons: list[str] = []
+    if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
+        reasons.append(
+            f"head_dim={head_dim} is outside {MIN_HEAD_DIM}..{MAX_HEAD_DIM}; "
+            "use a different number of heads"
+        )
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if not is_power_of_2(value) or value < MIN_BLOCK:
+            reasons.append(f"{name}={value} must be a power of two >= {MIN_BLOCK}")
+    if num_warps not in SUPPORTED_NUM_WARPS:
+        reasons.append(f"num_warps={num_warps} must be one of {SUPPORTED_NUM_WARPS}")
+    if num_stages < 1:
+        reasons.append(f"num_stages={num_stages} must be >= 1")
+    reasons.extend(precision_reasons(precision, None))
+    return reasons
+
+
+def not_supported_reasons(
+    *,
+    head_dim: int,
+    seq_len: int,
+    block_m: int,
+    block_n: int,
+    num_warps: int,
+    num_stages: int,
+    precision: str,
+    device_type: str,
+    capability: tuple[int, int] | None,
+    smem_bytes: int | None,
+) -> list[str]:
+    """Why this attention configuration should not run here; empty list = supported."""
+    reasons = _config_errors(
+        head_dim=head_dim, block_m=block_m, block_n=block_n, num_warps=num_warps,
+        num_stages=num_stages, precision=precision,
+    )
+    if seq_len < 1:
+        reasons.append(f"seq_len={seq_len} must be >= 1")
+    padded_seq = max(MIN_BLOCK, next_power_of_2(seq_len))
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if is_power_of_2(value) and value > padded_seq:
+            reasons.append(f"{name.upper()}={value} > padded seq len {padded_seq}")
+    reasons.extend(device_reasons(device_type))
+    if device_type == "cuda":
+        reasons.extend(precision_reasons(precision, capability))
+    if smem_bytes is not None and not reasons:
+        need = estimate_shared_memory_bytes(
+            head_dim=head_dim, block_m=block_m, block_n=block_n, num_stages=num_stages,
+            precision=precision,
+        )
+        if need > smem_bytes:
+            reasons.append(f"needs ~{need} B shared memory, device has {smem_bytes}")
+    return reasons
+
+
+# --------------------------------------------------------------------------------------
+# Launcher
+# --------------------------------------------------------------------------------------
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)}; expected 4 dims [B, S, H, head_dim] "
+                "(view a [B, S, D] tensor as [B, S, H, D // H])"
+            )
+        if t.dtype != torch.float32:
+            raise ValueError(f"{name} has dtype {t.dtype}; pass float32 (precision= picks "
+                             "the operand type inside the kernel)")
+        if t.stride(-1) != 1:
+            raise ValueError(f"{name} has last-dim stride {t.stride(-1)}; it must be 1 "
+                             "(call .contiguous() on the projection output)")
+        if t.shape != q.shape:
+            raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}; "
+                             "q, k and v must have the same [B, S, H, head_dim]")
+
+
+def _check_out(out: torch.Tensor, shape: torch.Size) -> None:
+    if out.shape != shape or out.dtype != torch.float32:
+        raise ValueError(
+            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; expected float32 "
+            f"{tuple(shape)} (view a [B, S, D] buffer as [B, S, H, head_dim])"
+        )
+    if out.stride(-1) != 1:
+        raise ValueError(f"out has last-dim stride {out.stride(-1)}; it must be 1")
+
+
+def _check_key_lengths(key_lengths: torch.Tensor, batch: int) -> None:
+    if key_lengths.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"key_lengths has dtype {key_lengths.dtype}; pass int32 or int64")
+    if key_lengths.shape != (batch,):
+        raise ValueError(f"key_lengths has shape {tuple(key_lengths.shape)}; expected "
+                         f"({batch},), one valid-key count per batch row")
+    if key_lengths.stride(0) != 1 and batch > 1:
+        raise ValueError("key_lengths must be contiguous; call .contiguous()")
+
+
+def _check_int32_offsets(tensors: dict[str, torch.Tensor], seq_len: int, head_dim: int) -> None:
+    # Offsets inside one (batch, head) slice are int32 in the kernel.
+    for name, t in tensors.items():
+        span = (seq_len - 1) * t.stride(1) + head_dim
+        if span > INT32_MAX:
+            raise ValueError(f"{name}: seq_len * stride(1) = {span} overflows int32 offsets; "
+                             "split the sequence or use a tighter layout")
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    key_lengths: torch.Tensor | None = None,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    block_m: int = 64,
+    block_n: int = 64,
+    num_warps: int = 4,
+    num_stages: int = 2,
+    precision: str = "tf32",
+) -> torch.Tensor:
+    """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``).
+
+    Keys whose row has no valid key at all (``key_lengths[b] <= 0``) give 0 here where
+    the reference gives NaN. The launcher does not synchronise the device (safe to use
+    inside CUDA graph capture); it does not check that ``out`` does not alias k or v.
+    """
+    _check_qkv(q, k, v)
+    batch, seq_len, num_heads, head_dim = q.shape
+    check_precision(precision)
+    errors = _config_errors(
+        head_dim=head_dim, block_m=block_m, block_n=block_n, num_warps=num_warps,
+        num_stages=num_stages, precision=precision,
+    )
+    if errors:
+        raise ValueError("; ".join(errors))
+    if out is None:
+        out = torch.empty(q.shape, device=q.device, dtype=torch.float32)
+    _check_out(out, q.shape)
+    tensors = {"q": q, "k": k, "v": v, "out": out}
+    if key_lengths is not None:
+        _check_key_lengths(key_lengths, batch)
+        tensors["key_lengths"] = key_lengths
+    check_launch_device(_attention_fwd_kernel, tensors)
+    _check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
+    scale = head_dim**-0.5 if scale is None else float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale={scale} must be finite")
+    if q.numel() == 0:
+        return out
+    block_d = padded_head_dim(head_dim)
+    grid = (batch * num_heads * triton.cdiv(seq_len, block_m),)
+    _attention_fwd_kernel[grid](
+        q, k, v, out, key_lengths if key_lengths is not None else q,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        num_heads, seq_len, head_dim, scale * LOG2_E,
+        CAUSAL=bool(causal), HAS_KEY_LENGTHS=key_lengths is not None,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == head_dim,
+        PRECISION=precision, EMULATE_BF16_DOT=is_interpreted(_attention_fwd_kernel),
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
