@@ -44,8 +44,10 @@ def not_supported_reasons(plan: Plan, config: TransformerConfig, device: DeviceI
     reasons: list[str] = []
     cuda = device.type == "cuda"
     cap = device.capability or (0, 0)
-    for what, prec in (("attn_precision", plan.attn_precision), ("gemm_precision",
-                                                                   plan.gemm_precision)):
+    for what, prec in (
+        ("attn_precision", plan.attn_precision),
+        ("gemm_precision", plan.gemm_precision),
+    ):
         if prec == "bf16" and cuda and cap < (8, 0):
             reasons.append(f"{what}=bf16 needs sm_80+, device is {device.sm}")
     att = plan.attention
@@ -61,8 +63,7 @@ def not_supported_reasons(plan: Plan, config: TransformerConfig, device: DeviceI
             reasons.append(f"attention={att} needs sm_80+, device is {device.sm}")
         if config.head_dim % 8 != 0 or config.head_dim > 256:
             reasons.append(
-                f"attention={att} needs head_dim a multiple of 8 and <= 256, "
-                f"got {config.head_dim}"
+                f"attention={att} needs head_dim a multiple of 8 and <= 256, got {config.head_dim}"
             )
     if att == "sdpa_cudnn" and not cuda:
         reasons.append("attention=sdpa_cudnn needs CUDA")
@@ -93,15 +94,12 @@ def not_supported_reasons(plan: Plan, config: TransformerConfig, device: DeviceI
         if not cuda:
             reasons.append("compile=reduce-overhead needs CUDA (it is CUDA graphs underneath)")
         if plan.cuda_graph:
-            reasons.append("compile=reduce-overhead already captures CUDA graphs; "
-                           "set cuda_graph false")
+            reasons.append(
+                "compile=reduce-overhead already captures CUDA graphs; set cuda_graph false"
+            )
     if plan.compile != "none" and plan.uses_triton:
-        reasons.append("compile with the project's Triton kernels is not supported; "
-                       "set compile none")
-    if plan.batch_chunk >= config.batch_size:
         reasons.append(
-            f"batch_chunk={plan.batch_chunk} >= batch_size {config.batch_size} changes nothing; "
-            "use 0"
+            "compile with the project's Triton kernels is not supported; set compile none"
         )
     return reasons
 
@@ -142,8 +140,7 @@ def classify_mask(mask: Tensor | None) -> str:
         return MASK_NONE
     if mask.dim() != 2 or mask.dtype != torch.bool:
         raise ValueError(
-            f"valid_token_mask must be a bool tensor [B, S], got {mask.dtype} "
-            f"{tuple(mask.shape)}"
+            f"valid_token_mask must be a bool tensor [B, S], got {mask.dtype} {tuple(mask.shape)}"
         )
     all_valid = mask.all()
     prefix = (mask[:, 1:] <= mask[:, :-1]).all() & mask[:, 0].all()
@@ -159,8 +156,22 @@ class _LayerWeights:
     """The tensors one layer's forward reads. Plain parameters are referenced, not copied;
     derived tensors (packed QKV, fp16/bf16 copies) are made here, once per weight version."""
 
-    __slots__ = ("ffn_in_b", "ffn_in_w", "ffn_out_b", "ffn_out_w", "k", "n1", "n2", "out_b",
-                 "out_w", "q", "qkv_b", "qkv_w", "sources", "v")
+    __slots__ = (
+        "ffn_in_b",
+        "ffn_in_w",
+        "ffn_out_b",
+        "ffn_out_w",
+        "k",
+        "n1",
+        "n2",
+        "out_b",
+        "out_w",
+        "q",
+        "qkv_b",
+        "qkv_w",
+        "sources",
+        "v",
+    )
 
     def __init__(self, layer: Any, plan: Plan) -> None:
         att = layer.attention
@@ -270,8 +281,15 @@ class CandidateTransformer(ReferenceTransformer):
     def _graph_forward(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
-        key = (tuple(x.shape), x.dtype, x.device, kind, torch.is_inference_mode_enabled(),
-               torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision())
+        key = (
+            tuple(x.shape),
+            x.dtype,
+            x.device,
+            kind,
+            torch.is_inference_mode_enabled(),
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.get_float32_matmul_precision(),
+        )
         graph = self._graphs.get(key)
         if graph is None:
             graph = _CapturedForward(lambda xx, mm: self._chunked(xx, mm, kind, weights), x, mask)
@@ -286,7 +304,7 @@ class CandidateTransformer(ReferenceTransformer):
         keep = None if mask is None else mask.unsqueeze(-1)
         use_triton_ln = self.plan.layernorm == "triton"
         h = None
-        for i, (layer, w) in enumerate(zip(self.layers, weights, strict=True)):
+        for i, (_layer, w) in enumerate(zip(self.layers, weights, strict=True)):
             if h is None:
                 h = self._layernorm(x, w.n1)
             a = self._attention(h, mask, kind, w)
@@ -304,9 +322,14 @@ class CandidateTransformer(ReferenceTransformer):
                 from kernels.layernorm import add_layernorm
 
                 x, h = add_layernorm(
-                    x, f, nxt.weight, nxt.bias, eps=LAYERNORM_EPS,
+                    x,
+                    f,
+                    nxt.weight,
+                    nxt.bias,
+                    eps=LAYERNORM_EPS,
                     row_mask=mask.reshape(-1) if mask is not None else None,
-                    zero_sum_rows=zero_rows, zero_out_rows=zero_rows and last,
+                    zero_sum_rows=zero_rows,
+                    zero_out_rows=zero_rows and last,
                 )
             else:
                 x = x + f
@@ -314,8 +337,13 @@ class CandidateTransformer(ReferenceTransformer):
                     x = x.masked_fill(~keep, 0.0)
                 h = None
         if h is None or not use_triton_ln:
-            h = F.layer_norm(x, (self.config.d_model,), self.final_norm.weight,
-                             self.final_norm.bias, LAYERNORM_EPS)
+            h = F.layer_norm(
+                x,
+                (self.config.d_model,),
+                self.final_norm.weight,
+                self.final_norm.bias,
+                LAYERNORM_EPS,
+            )
             if keep is not None:
                 h = h.masked_fill(~keep, 0.0)
         return h
@@ -349,17 +377,16 @@ class CandidateTransformer(ReferenceTransformer):
 
             shape = h.shape
             inner = linear_gelu(
-                h.reshape(-1, shape[-1]), w.ffn_in_w, w.ffn_in_b,
+                h.reshape(-1, shape[-1]),
+                w.ffn_in_w,
+                w.ffn_in_b,
                 precision=_triton_precision(self.plan.gemm_precision),
             ).view(*shape[:-1], -1)
         return self._linear(inner, w.ffn_out_w, w.ffn_out_b)
 
     # --- attention ------------------------------------------------------------------
-    def _attention(
-        self, h: Tensor, mask: Tensor | None, kind: str, w: _LayerWeights
-    ) -> Tensor:
-        c = self.config
-        b, s, d = h.shape
+    def _attention(self, h: Tensor, mask: Tensor | None, kind: str, w: _LayerWeights) -> Tensor:
+        _b, _s, d = h.shape
         if self.plan.qkv == "packed":
             qkv = self._linear(h, w.qkv_w, w.qkv_b)
             q, k, v = qkv.split(d, dim=-1)
@@ -391,9 +418,15 @@ class CandidateTransformer(ReferenceTransformer):
             lengths = mask.sum(dim=1, dtype=torch.int32)
         out = torch.empty(b, s, d, device=q.device, dtype=torch.float32)
         triton_attention(
-            q.view(shape), k.view(shape), v.view(shape), causal=c.causal,
-            key_lengths=lengths, out=out.view(shape), block_m=self.plan.attn_block_m,
-            block_n=self.plan.attn_block_n, num_warps=self.plan.attn_warps,
+            q.view(shape),
+            k.view(shape),
+            v.view(shape),
+            causal=c.causal,
+            key_lengths=lengths,
+            out=out.view(shape),
+            block_m=self.plan.attn_block_m,
+            block_n=self.plan.attn_block_n,
+            num_warps=self.plan.attn_warps,
             num_stages=self.plan.attn_stages,
             precision=_triton_precision(self.plan.attn_precision),
         )
@@ -422,8 +455,9 @@ class CandidateTransformer(ReferenceTransformer):
             if self.plan.attention == "reference" or (
                 self.plan.attention == "triton" and kind == MASK_GENERAL
             ):
-                ctx = _reference_attention(q, k, v, mask if need_key_mask else None, c.causal,
-                                           scale)
+                ctx = _reference_attention(
+                    q, k, v, mask if need_key_mask else None, c.causal, scale
+                )
             else:
                 ctx = self._sdpa(q, k, v, mask if need_key_mask else None, scale)
         return ctx.transpose(1, 2).reshape(b, s, d).float()

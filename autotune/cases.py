@@ -76,9 +76,7 @@ class CaseKey:
         )
 
 
-def _official(
-    n: int, b: int, s: int, d: int, h: int, ffn: int, layers: int, regime: str
-) -> Case:
+def _official(n: int, b: int, s: int, d: int, h: int, ffn: int, layers: int, regime: str) -> Case:
     return Case(
         id=str(n),
         config=TransformerConfig(b, s, d, h, ffn, layers, causal=True),

@@ -30,14 +30,16 @@ def cmd_cases(args: argparse.Namespace) -> int:
     from autotune.cases import all_cases, select_cases
 
     cases = select_cases(args.cases) if args.cases else all_cases()
-    print(f"{'case':<10} {'B':>6} {'S':>7} {'D':>5} {'H':>3} {'hd':>4} {'FFN':>5} {'L':>2} "
-          f"{'causal':>6}  {'regime':<17} key")
+    print(
+        f"{'case':<10} {'B':>6} {'S':>7} {'D':>5} {'H':>3} {'hd':>4} {'FFN':>5} {'L':>2} "
+        f"{'causal':>6}  {'regime':<17} key"
+    )
     for c in cases:
         cfg = c.config
         print(
             f"{c.id:<10} {cfg.batch_size:>6} {cfg.seq_len:>7} {cfg.d_model:>5} "
             f"{cfg.num_heads:>3} {cfg.head_dim:>4} {cfg.ffn_dim:>5} {cfg.num_layers:>2} "
-            f"{str(cfg.causal):>6}  {c.regime:<17} {c.key}"
+            f"{cfg.causal!s:>6}  {c.regime:<17} {c.key}"
             + (f"  (padding {c.padding_ratio})" if c.padding_ratio else "")
         )
     return 0
@@ -58,8 +60,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     from autotune.profiles import PROFILES
 
     for p in PROFILES.values():
-        print(f"{p.name:<8} {p.memory_bytes / 2**30:>6.1f} GiB  {p.describe_rule():<32} "
-              f"{p.description}")
+        print(
+            f"{p.name:<8} {p.memory_bytes / 2**30:>6.1f} GiB  {p.describe_rule():<32} "
+            f"{p.description}"
+        )
     return 0
 
 
@@ -121,13 +125,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     for case in cases:
         bench = CaseBench(case, selection.effective_device())
         for plan in plans:
-            outcome = evaluate_plan(bench, plan, timing=timing,
-                                    capacity_bytes=selection.capacity_bytes)
-            print(f"case {case.id} {case.key} on {dev.name} ({dev.sm}), profile "
-                  f"{selection.profile.name}" + (" (emulated)" if selection.emulated else ""))
+            outcome = evaluate_plan(
+                bench, plan, timing=timing, capacity_bytes=selection.capacity_bytes
+            )
+            print(
+                f"case {case.id} {case.key} on {dev.name} ({dev.sm}), profile "
+                f"{selection.profile.name}" + (" (emulated)" if selection.emulated else "")
+            )
             _print_outcome(plan, outcome)
-            records.append({"case": case.id, "plan": plan.to_dict(full=False),
-                            "plan_hash": plan.hash, "outcome": outcome.to_json()})
+            records.append(
+                {
+                    "case": case.id,
+                    "plan": plan.to_dict(full=False),
+                    "plan_hash": plan.hash,
+                    "outcome": outcome.to_json(),
+                }
+            )
             failures += not outcome.passed
         bench.release()
         del bench
@@ -139,19 +152,33 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def _print_outcome(plan, outcome) -> None:  # type: ignore[no-untyped-def]
     print(f"plan {plan.hash} {plan.describe()}")
     if outcome.report is not None:
-        print(f"correctness: {outcome.seeds_checked} seeds + {outcome.padded_seeds_checked} "
-              f"padded: {outcome.report.summary()}")
+        print(
+            f"correctness: {outcome.seeds_checked} seeds + {outcome.padded_seeds_checked} "
+            f"padded: {outcome.report.summary()}"
+        )
     if outcome.predicted_memory_bytes is not None:
-        print(f"memory: predicted {outcome.predicted_memory_bytes / 2**20:.0f} MiB"
-              + (f", measured {outcome.peak_memory_bytes / 2**20:.0f} MiB"
-                 if outcome.peak_memory_bytes is not None else "")
-              + (f", reference {outcome.ref_peak_memory_bytes / 2**20:.0f} MiB"
-                 if outcome.ref_peak_memory_bytes is not None else ""))
+        print(
+            f"memory: predicted {outcome.predicted_memory_bytes / 2**20:.0f} MiB"
+            + (
+                f", measured {outcome.peak_memory_bytes / 2**20:.0f} MiB"
+                if outcome.peak_memory_bytes is not None
+                else ""
+            )
+            + (
+                f", reference {outcome.ref_peak_memory_bytes / 2**20:.0f} MiB"
+                if outcome.ref_peak_memory_bytes is not None
+                else ""
+            )
+        )
     if outcome.timing is not None:
         t = outcome.timing
-        print(f"timing: {t.rounds} rounds x {t.reps} reps ({t.clock}); per-round ref "
-              + ", ".join(f"{v:.3f}" for v in t.ref_round_medians) + " ms; plan "
-              + ", ".join(f"{v:.3f}" for v in t.cand_round_medians) + " ms")
+        print(
+            f"timing: {t.rounds} rounds x {t.reps} reps ({t.clock}); per-round ref "
+            + ", ".join(f"{v:.3f}" for v in t.ref_round_medians)
+            + " ms; plan "
+            + ", ".join(f"{v:.3f}" for v in t.cand_round_medians)
+            + " ms"
+        )
     print(outcome.summary_line(), flush=True)
 
 
@@ -183,12 +210,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("evaluate", help="gate and time one plan on one case")
     _add_gpu(p)
-    p.add_argument("--case", "--cases", dest="case", required=True,
-                   help="case id (1-14, smoke-N), a spec such as 1-13, or a custom shape")
-    p.add_argument("--plan", required=True, action="append",
-                   help="plan JSON, @file.json, or 'reference' (repeat for several plans)")
-    p.add_argument("--official", action="store_true",
-                   help="the official timing protocol (20 warm-ups, 3 rounds of 100)")
+    p.add_argument(
+        "--case",
+        "--cases",
+        dest="case",
+        required=True,
+        help="case id (1-14, smoke-N), a spec such as 1-13, or a custom shape",
+    )
+    p.add_argument(
+        "--plan",
+        required=True,
+        action="append",
+        help="plan JSON, @file.json, or 'reference' (repeat for several plans)",
+    )
+    p.add_argument(
+        "--official",
+        action="store_true",
+        help="the official timing protocol (20 warm-ups, 3 rounds of 100)",
+    )
     p.add_argument("--json", help="also write every outcome as JSON to this path")
     p.set_defaults(func=cmd_evaluate)
 
@@ -199,11 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_gpu(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", default="cpu",
-                   help="GPU profile: cpu, auto, h200, h100, a100, rtx4090, rtx5080 "
-                   "(default cpu)")
-    p.add_argument("--emulate", action="store_true",
-                   help="run a profile on another device, capping memory to the profile's")
+    p.add_argument(
+        "--gpu",
+        default="cpu",
+        help="GPU profile: cpu, auto, h200, h100, a100, rtx4090, rtx5080 (default cpu)",
+    )
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="run a profile on another device, capping memory to the profile's",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,10 +37,12 @@ def classify_exception(exc: BaseException) -> OutcomeKind:
     module = type(exc).__module__ or ""
     if "OutOfResources" in name:
         return OutcomeKind.UNSUPPORTED
-    if (
-        name in ("CompilationError", "BackendCompilerFailed", "InductorError", "Unsupported")
-        or module.startswith(("torch._dynamo", "torch._inductor", "triton.compiler"))
-    ):
+    if name in (
+        "CompilationError",
+        "BackendCompilerFailed",
+        "InductorError",
+        "Unsupported",
+    ) or module.startswith(("torch._dynamo", "torch._inductor", "triton.compiler")):
         return OutcomeKind.COMPILE_ERROR
     if "No available kernel" in str(exc) or "not supported" in str(exc).lower():
         return OutcomeKind.UNSUPPORTED
@@ -89,8 +91,9 @@ def evaluate_plan(
     predicted = predict_peak_bytes(plan, config)
     reasons = not_supported_reasons(plan, config, device)
     if reasons:
-        return Outcome(OutcomeKind.UNSUPPORTED, "; ".join(reasons),
-                       predicted_memory_bytes=predicted)
+        return Outcome(
+            OutcomeKind.UNSUPPORTED, "; ".join(reasons), predicted_memory_bytes=predicted
+        )
     if capacity_bytes is not None and predicted > capacity_bytes:
         return Outcome(
             OutcomeKind.OUT_OF_MEMORY,
@@ -121,7 +124,8 @@ def evaluate_plan(
                 return Outcome(
                     OutcomeKind.WRONG_RESULT,
                     f"seed {result.failing_seed[0]}{' padded' if result.failing_seed[1] else ''}"
-                    if result.failing_seed else "",
+                    if result.failing_seed
+                    else "",
                     report=result.worst,
                     seeds_checked=result.seeds_checked,
                     padded_seeds_checked=result.padded_seeds_checked,
@@ -159,8 +163,7 @@ def evaluate_plan(
         message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
         if isinstance(exc, UnsupportedPlan):
             message = str(exc)
-        return Outcome(kind, message[:500], predicted_memory_bytes=predicted,
-                       phase_seconds=phases)
+        return Outcome(kind, message[:500], predicted_memory_bytes=predicted, phase_seconds=phases)
     finally:
         del model
         _cleanup(cuda)

@@ -37,9 +37,7 @@ class Knob:
                 )
             lo, hi = self.int_range
             if not lo <= value <= hi:
-                raise ValueError(
-                    f"knob {self.name!r} takes an integer in {lo}..{hi}, got {value}"
-                )
+                raise ValueError(f"knob {self.name!r} takes an integer in {lo}..{hi}, got {value}")
             return value
         if value not in self.choices or type(value) is not type(self.default):
             valid = ", ".join(json.dumps(c) for c in self.choices)
@@ -130,14 +128,34 @@ KNOBS: tuple[Knob, ...] = (
         needs={True: "CUDA"},
     ),
     # Triton kernels (kernels/): tiles of the fused attention, fused LayerNorm, FFN epilogue.
-    Knob("attn_block_m", 64, "Triton attention: query rows per program", choices=(16, 32, 64, 128),
-         group="kernels"),
-    Knob("attn_block_n", 64, "Triton attention: keys per inner step", choices=(16, 32, 64, 128),
-         group="kernels"),
-    Knob("attn_warps", 4, "Triton attention: warps per program", choices=(1, 2, 4, 8),
-         group="kernels"),
-    Knob("attn_stages", 2, "Triton attention: software pipeline stages", choices=(1, 2, 3, 4),
-         group="kernels"),
+    Knob(
+        "attn_block_m",
+        64,
+        "Triton attention: query rows per program",
+        choices=(16, 32, 64, 128),
+        group="kernels",
+    ),
+    Knob(
+        "attn_block_n",
+        64,
+        "Triton attention: keys per inner step",
+        choices=(16, 32, 64, 128),
+        group="kernels",
+    ),
+    Knob(
+        "attn_warps",
+        4,
+        "Triton attention: warps per program",
+        choices=(1, 2, 4, 8),
+        group="kernels",
+    ),
+    Knob(
+        "attn_stages",
+        2,
+        "Triton attention: software pipeline stages",
+        choices=(1, 2, 3, 4),
+        group="kernels",
+    ),
     Knob(
         "layernorm",
         "torch",
@@ -234,9 +252,7 @@ class Plan:
 
     @property
     def uses_triton(self) -> bool:
-        return (
-            self.attention == "triton" or self.layernorm == "triton" or self.ffn_act != "torch"
-        )
+        return self.attention == "triton" or self.layernorm == "triton" or self.ffn_act != "torch"
 
 
 REFERENCE_PLAN = Plan()

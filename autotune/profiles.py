@@ -42,10 +42,18 @@ PROFILES: dict[str, GpuProfile] = {
     p.name: p
     for p in (
         GpuProfile("cpu", "the host CPU (CPU-capable variants only)", "cpu", ".*", None, 8 * GIB),
-        GpuProfile("rtx5080", "GeForce RTX 5080, Blackwell consumer", "cuda", r"RTX 5080",
-                   (12, 0), 16 * GIB, 101376),
-        GpuProfile("rtx4090", "GeForce RTX 4090, Ada", "cuda", r"RTX 4090", (8, 9), 24 * GIB,
-                   101376),
+        GpuProfile(
+            "rtx5080",
+            "GeForce RTX 5080, Blackwell consumer",
+            "cuda",
+            r"RTX 5080",
+            (12, 0),
+            16 * GIB,
+            101376,
+        ),
+        GpuProfile(
+            "rtx4090", "GeForce RTX 4090, Ada", "cuda", r"RTX 4090", (8, 9), 24 * GIB, 101376
+        ),
         GpuProfile("a100", "A100 (40/80 GB), Ampere", "cuda", r"A100", (8, 0), 80 * GIB, 166912),
         GpuProfile("h100", "H100 (SXM/PCIe), Hopper", "cuda", r"H100", (9, 0), 80 * GIB, 232448),
         GpuProfile("h200", "H200 141 GB, Hopper", "cuda", r"H200", (9, 0), 141 * 10**9, 232448),
@@ -106,8 +114,11 @@ def select_profile(name: str, *, emulate: bool = False) -> ProfileSelection:
         device = detect_device("auto")
         return ProfileSelection(profile_for_device(device), device, False)
     profile = get_profile(name)
-    device = detect_device("cpu" if profile.device_type == "cpu" else "cuda") \
-        if profile.device_type == "cpu" or torch.cuda.is_available() else None
+    device = (
+        detect_device("cpu" if profile.device_type == "cpu" else "cuda")
+        if profile.device_type == "cpu" or torch.cuda.is_available()
+        else None
+    )
     if device is None:
         raise ValueError(
             f"profile {name!r} needs a CUDA GPU, but torch sees none (torch "

@@ -164,7 +164,9 @@ def generate_random_case(
 ) -> tuple[Tensor, Tensor]:
     """The official input generator: ``x`` [B, S, D] and a bool mask [B, S] (True = real)."""
     if not padding_ratio < 1.0:
-        raise ValueError(f"padding_ratio must be below 1 (<= 0 means no padding), got {padding_ratio}")
+        raise ValueError(
+            f"padding_ratio must be below 1 (<= 0 means no padding), got {padding_ratio}"
+        )
     b, s, d = config.batch_size, config.seq_len, config.d_model
     generator = torch.Generator(device=device)
     generator.manual_seed(seed)

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN_DIR = ROOT.parent / "shared" / "golden"
+GOLDEN = sorted(glob.glob(str(GOLDEN_DIR / "*.pt")))
+
+
+@pytest.fixture(scope="session")
+def golden_paths() -> list[str]:
+    if not GOLDEN:
+        pytest.fail(f"no golden vectors at {GOLDEN_DIR}: shared/ must sit beside the repo")
+    return GOLDEN
+
+
+@pytest.fixture()
+def cpu_device():
+    from autotune.device import detect_device
+
+    return detect_device("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _no_fault_injection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTOTUNE_INJECT_FAULT", raising=False)
+    os.environ.setdefault("OMP_NUM_THREADS", "2")

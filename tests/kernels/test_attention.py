@@ -1,0 +1,315 @@
+"""Fused attention kernel vs the fp32 reference, launcher checks, planning reasons."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernels._tolerance import TOLERANCE_BY_PRECISION, compare
+from kernels._triton import check_launch_device
+from kernels.attention import (
+    attention,
+    attention_reference,
+    estimate_shared_memory_bytes,
+    not_supported_reasons,
+)
+
+H200_SMEM = 232448
+
+
+def packed_qkv(
+    batch: int, seq_len: int, heads: int, head_dim: int, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as strided [B, S, H, hd] views of one packed [B, S, 3D] tensor (CPU)."""
+    gen = torch.Generator().manual_seed(seed)
+    qkv = torch.randn(batch, seq_len, 3 * heads * head_dim, generator=gen)
+    q, k, v = qkv.view(batch, seq_len, 3, heads, head_dim).unbind(2)
+    return q, k, v
+
+
+def to_device(device: str, *tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    return [None if t is None else t.to(device) for t in tensors]
+
+
+def assert_matches(result: torch.Tensor, reference: torch.Tensor, precision: str) -> None:
+    comparison = compare(result, reference, TOLERANCE_BY_PRECISION[precision])
+    assert comparison.passed, comparison.detail
+
+
+def run_and_compare(
+    device: str,
+    *,
+    batch: int = 2,
+    seq_len: int = 37,
+    heads: int = 2,
+    head_dim: int = 32,
+    causal: bool,
+    key_lengths: list[int] | None = None,
+    precision: str = "ieee",
+    **tiles: int,
+) -> None:
+    q, k, v = packed_qkv(batch, seq_len, heads, head_dim)
+    lengths = None if key_lengths is None else torch.tensor(key_lengths, dtype=torch.int32)
+    reference = attention_reference(q, k, v, causal=causal, key_lengths=lengths)
+    q_d, k_d, v_d, lengths_d = to_device(device, q, k, v, lengths)
+    result = attention(
+        q_d, k_d, v_d, causal=causal, key_lengths=lengths_d, precision=precision, **tiles
+    )
+    assert_matches(result, reference, precision)
+
+
+# --------------------------------------------------------------------------------------
+# Numerics
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("head_dim", [8, 24, 32, 64])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("padded", [False, True], ids=["dense", "padded"])
+def test_matches_reference_at_odd_seq_len_for_each_head_dim(
+    device: str, head_dim: int, causal: bool, padded: bool
+) -> None:
+    run_and_compare(
+        device,
+        head_dim=head_dim,
+        causal=causal,
+        key_lengths=[11, 37] if padded else None,
+        block_m=16,
+        block_n=16,
+    )
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "fp16", "bf16"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_every_precision_stays_within_its_tolerance(
+    device: str, precision: str, causal: bool
+) -> None:
+    run_and_compare(
+        device,
+        head_dim=24,
+        causal=causal,
+        key_lengths=[37, 20],
+        precision=precision,
+        block_m=16,
+        block_n=32,
+    )
+
+
+@pytest.mark.parametrize(("block_m", "block_n"), [(16, 16), (16, 64), (64, 16), (32, 32), (64, 64)])
+def test_tile_shapes_cover_diagonal_and_tail_blocks(
+    device: str, block_m: int, block_n: int
+) -> None:
+    # S=70: several query and key blocks, a partial tail, full and masked loop iterations.
+    run_and_compare(
+        device,
+        batch=1,
+        seq_len=70,
+        heads=1,
+        head_dim=16,
+        causal=True,
+        key_lengths=[53],
+        block_m=block_m,
+        block_n=block_n,
+    )
+
+
+def test_default_tiles_and_tf32_match_reference(device: str) -> None:
+    run_and_compare(device, head_dim=32, causal=True)
+
+
+def test_seq_len_one(device: str) -> None:
+    run_and_compare(device, batch=2, seq_len=1, heads=3, head_dim=8, causal=True)
+
+
+def test_writes_into_out_view_of_model_dim_buffer_without_touching_padding(device: str) -> None:
+    batch, seq_len, heads, head_dim = 2, 37, 3, 8
+    q, k, v = packed_qkv(batch, seq_len, heads, head_dim)
+    reference = attention_reference(q, k, v, causal=True)
+    # out is a [B, S, H, hd] view of the first D columns of a wider [B, S, D + 5] buffer.
+    buffer = torch.full((batch, seq_len, heads * head_dim + 5), float("nan"), device=device)
+    out = buffer[..., : heads * head_dim].unflatten(-1, (heads, head_dim))
+    q_d, k_d, v_d = to_device(device, q, k, v)
+    result = attention(q_d, k_d, v_d, causal=True, out=out, block_m=16, block_n=16)
+    assert result.data_ptr() == out.data_ptr()
+    assert_matches(buffer[..., : heads * head_dim].view_as(reference), reference, "ieee")
+    assert torch.isnan(buffer[..., heads * head_dim :]).all(), "wrote outside the out view"
+
+
+def test_new_output_is_contiguous_and_viewable_as_batch_seq_model_dim(device: str) -> None:
+    q, k, v = to_device(device, *packed_qkv(1, 37, 2, 8))
+    result = attention(q, k, v, causal=False, block_m=16, block_n=16)
+    assert result.is_contiguous()
+    assert result.view(1, 37, 16).shape == (1, 37, 16)
+
+
+def test_padded_keys_are_never_read(device: str) -> None:
+    q, k, v = packed_qkv(2, 37, 2, 8)
+    lengths = torch.tensor([9, 37], dtype=torch.int64)
+    reference = attention_reference(q, k, v, causal=False, key_lengths=lengths)
+    k_poisoned, v_poisoned = k.clone(), v.clone()
+    k_poisoned[0, 9:] = float("nan")
+    v_poisoned[0, 9:] = float("nan")
+    q_d, k_d, v_d, lengths_d = to_device(device, q, k_poisoned, v_poisoned, lengths)
+    result = attention(q_d, k_d, v_d, causal=False, key_lengths=lengths_d, block_m=16, block_n=16)
+    assert_matches(result, reference, "ieee")
+
+
+def test_row_without_any_valid_key_gives_zeros_not_nan(device: str) -> None:
+    q, k, v = to_device(device, *packed_qkv(2, 20, 1, 8))
+    lengths = torch.tensor([0, 20], dtype=torch.int32, device=device)
+    result = attention(q, k, v, causal=False, key_lengths=lengths, block_m=16, block_n=16)
+    assert torch.isfinite(result).all()
+    assert (result[0] == 0).all()
+
+
+def test_explicit_scale_is_applied_after_the_product(device: str) -> None:
+    q, k, v = packed_qkv(1, 37, 2, 24)
+    reference = attention_reference(q, k, v, causal=True, scale=0.3)
+    q_d, k_d, v_d = to_device(device, q, k, v)
+    result = attention(
+        q_d, k_d, v_d, causal=True, scale=0.3, block_m=16, block_n=16, precision="ieee"
+    )
+    assert_matches(result, reference, "ieee")
+
+
+def test_reference_query_rows_subset_matches_dense_reference() -> None:
+    q, k, v = packed_qkv(2, 37, 2, 8)
+    lengths = torch.tensor([5, 37])
+    dense = attention_reference(q, k, v, causal=True, key_lengths=lengths)
+    rows = torch.tensor([0, 4, 17, 36])
+    subset = attention_reference(q, k, v, causal=True, key_lengths=lengths, query_rows=rows)
+    torch.testing.assert_close(subset, dense[:, rows], rtol=0, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Launcher errors
+# --------------------------------------------------------------------------------------
+def test_rejects_float64_inputs_naming_the_dtype() -> None:
+    q, k, v = (t.double() for t in packed_qkv(1, 16, 1, 16))
+    with pytest.raises(ValueError, match=r"q has dtype torch\.float64"):
+        attention(q, k, v, causal=True)
+
+
+def test_rejects_three_dim_inputs_with_a_hint_to_view() -> None:
+    x = torch.randn(1, 16, 32)
+    with pytest.raises(ValueError, match=r"q has shape \(1, 16, 32\); expected 4 dims"):
+        attention(x, x, x, causal=True)
+
+
+def test_rejects_non_unit_last_dim_stride() -> None:
+    q = torch.randn(1, 16, 1, 32)[..., ::2]
+    with pytest.raises(ValueError, match="last-dim stride 2"):
+        attention(q, q, q, causal=True)
+
+
+def test_rejects_mismatched_key_shape() -> None:
+    q = torch.randn(1, 16, 2, 16)
+    k = torch.randn(1, 17, 2, 16)
+    with pytest.raises(ValueError, match=r"k has shape \(1, 17, 2, 16\) but q has"):
+        attention(q, k, q, causal=True)
+
+
+def test_rejects_head_dim_outside_supported_range() -> None:
+    q = torch.randn(1, 16, 2, 4)
+    with pytest.raises(ValueError, match=r"head_dim=4 is outside 8\.\.256"):
+        attention(q, q, q, causal=True)
+
+
+@pytest.mark.parametrize(
+    ("tiles", "message"),
+    [
+        ({"block_m": 48}, "block_m=48 must be a power of two"),
+        ({"block_n": 8}, "block_n=8 must be a power of two >= 16"),
+        ({"num_warps": 3}, "num_warps=3 must be one of"),
+        ({"num_stages": 0}, "num_stages=0 must be >= 1"),
+        ({"precision": "fp8"}, "precision='fp8' is not supported"),
+    ],
+)
+def test_rejects_bad_tiles_naming_the_value(tiles: dict, message: str) -> None:
+    q = torch.randn(1, 16, 1, 16)
+    with pytest.raises(ValueError, match=message):
+        attention(q, q, q, causal=True, **tiles)
+
+
+def test_rejects_key_lengths_of_wrong_dtype_and_shape() -> None:
+    q = torch.randn(2, 16, 1, 16)
+    with pytest.raises(ValueError, match=r"key_lengths has dtype torch\.float32"):
+        attention(q, q, q, causal=True, key_lengths=torch.ones(2))
+    with pytest.raises(ValueError, match=r"key_lengths has shape \(3,\); expected \(2,\)"):
+        attention(q, q, q, causal=True, key_lengths=torch.ones(3, dtype=torch.int32))
+
+
+def test_rejects_out_of_wrong_shape() -> None:
+    q = torch.randn(1, 16, 2, 16)
+    with pytest.raises(ValueError, match=r"out has shape \(1, 16, 32\)"):
+        attention(q, q, q, causal=True, out=torch.empty(1, 16, 32))
+
+
+def test_cpu_launch_of_a_compiled_kernel_asks_for_cuda_or_interpreter() -> None:
+    def compiled_kernel() -> None:  # stands in for a JITFunction (not interpreted)
+        pass
+
+    with pytest.raises(ValueError, match="need a CUDA device, or TRITON_INTERPRET=1"):
+        check_launch_device(compiled_kernel, {"q": torch.zeros(1)})
+
+
+# --------------------------------------------------------------------------------------
+# Planning
+# --------------------------------------------------------------------------------------
+def reasons(**overrides: object) -> list[str]:
+    config: dict = {
+        "head_dim": 64,
+        "seq_len": 128,
+        "block_m": 64,
+        "block_n": 64,
+        "num_warps": 4,
+        "num_stages": 2,
+        "precision": "fp16",
+        "device_type": "cuda",
+        "capability": (9, 0),
+        "smem_bytes": H200_SMEM,
+    }
+    config.update(overrides)
+    return not_supported_reasons(**config)
+
+
+def test_supported_config_has_no_reasons() -> None:
+    assert reasons() == []
+
+
+def test_rejects_block_n_larger_than_padded_seq_len() -> None:
+    assert "BLOCK_N=128 > padded seq len 64" in reasons(seq_len=37, block_n=128)
+
+
+def test_rejects_head_dim_and_block_sizes() -> None:
+    found = reasons(head_dim=512, block_m=24, block_n=8)
+    assert any("head_dim=512" in r for r in found)
+    assert any("block_m=24" in r for r in found)
+    assert any("block_n=8" in r for r in found)
+
+
+def test_rejects_tiles_that_exceed_shared_memory() -> None:
+    need = estimate_shared_memory_bytes(
+        head_dim=256, block_m=128, block_n=64, num_stages=3, precision="tf32"
+    )
+    assert need == 3 * 2 * 64 * 256 * 4 + 128 * 256 * 4
+    assert f"needs ~{need} B shared memory, device has {H200_SMEM}" in reasons(
+        head_dim=256, block_m=128, block_n=64, num_stages=3, precision="tf32"
+    )
+
+
+def test_rejects_bf16_and_tf32_before_ampere() -> None:
+    assert any(
+        "needs CUDA capability >= 8.0" in r for r in reasons(precision="bf16", capability=(7, 5))
+    )
+    assert any(
+        "needs CUDA capability >= 8.0" in r for r in reasons(precision="tf32", capability=(7, 5))
+    )
+    assert reasons(precision="fp16", capability=(7, 5)) == []
+
+
+def test_cpu_is_supported_only_with_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert reasons(device_type="cpu", capability=None, smem_bytes=None) == []
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert any("TRITON_INTERPRET=1" in r for r in reasons(device_type="cpu"))

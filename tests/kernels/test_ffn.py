@@ -1,0 +1,226 @@
+"""bias + exact GELU epilogue and the Triton GEMM vs torch, launcher checks, planning."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernels._tolerance import PROJECT_RULE, TOLERANCE_BY_PRECISION, compare
+from kernels.ffn import (
+    bias_gelu,
+    bias_gelu_not_supported_reasons,
+    bias_gelu_reference,
+    estimate_linear_shared_memory_bytes,
+    linear,
+    linear_gelu,
+    linear_gelu_not_supported_reasons,
+    linear_gelu_reference,
+)
+
+H200_SMEM = 232448
+
+
+def linear_params(in_features: int, out_features: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    bound = in_features**-0.5
+    weight = (torch.rand(out_features, in_features, generator=gen) * 2 - 1) * bound
+    bias = (torch.rand(out_features, generator=gen) * 2 - 1) * bound
+    return weight, bias
+
+
+def randn(*shape: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def assert_matches(result: torch.Tensor, reference: torch.Tensor, precision: str) -> None:
+    comparison = compare(result, reference, TOLERANCE_BY_PRECISION[precision])
+    assert comparison.passed, comparison.detail
+
+
+# --------------------------------------------------------------------------------------
+# bias_gelu
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 37, 40), (37, 1024), (5, 3)])
+@pytest.mark.parametrize("block", [32, 1024])
+def test_bias_gelu_matches_torch_for_odd_widths(
+    device: str, shape: tuple[int, ...], block: int
+) -> None:
+    y, bias = randn(*shape), randn(shape[-1], seed=2)
+    result = bias_gelu(y.to(device), bias.to(device), block=block, num_warps=1)
+    assert_matches(result, bias_gelu_reference(y, bias), "ieee")
+
+
+def test_bias_gelu_is_the_erf_form_not_the_tanh_approximation(device: str) -> None:
+    y = torch.tensor([[-3.0, -2.5, -1.0, 0.5, 2.0]])
+    bias = torch.zeros(5)
+    result = bias_gelu(y.to(device), bias.to(device), block=32, num_warps=1).cpu()
+    exact = torch.nn.functional.gelu(y, approximate="none")
+    tanh = torch.nn.functional.gelu(y, approximate="tanh")
+    torch.testing.assert_close(result, exact, rtol=1e-5, atol=1e-6)
+    assert (result - tanh).abs().max() > 1e-4
+
+
+def test_bias_gelu_writes_into_out_or_in_place(device: str) -> None:
+    y, bias = randn(3, 40).to(device), randn(40, seed=2).to(device)
+    expected = bias_gelu_reference(y.cpu(), bias.cpu())
+    out = torch.empty_like(y)
+    assert bias_gelu(y, bias, out=out, block=64) is out
+    assert_matches(out, expected, "ieee")
+    assert bias_gelu(y, bias, inplace=True, block=64) is y
+    assert_matches(y, expected, "ieee")
+
+
+def test_bias_gelu_rejects_non_contiguous_y_and_wrong_bias() -> None:
+    with pytest.raises(ValueError, match="expected a contiguous float32"):
+        bias_gelu(torch.randn(40, 3).t(), torch.zeros(40))
+    with pytest.raises(ValueError, match=r"bias has shape \(39,\).*vector of 40"):
+        bias_gelu(torch.randn(3, 40), torch.zeros(39))
+    with pytest.raises(ValueError, match="block=1000 must be a power of two"):
+        bias_gelu(torch.randn(3, 40), torch.zeros(40), block=1000)
+
+
+def test_bias_gelu_planning_reasons() -> None:
+    assert (
+        bias_gelu_not_supported_reasons(num_cols=40, block=1024, num_warps=4, device_type="cuda")
+        == []
+    )
+    found = bias_gelu_not_supported_reasons(num_cols=40, block=64, num_warps=4, device_type="cuda")
+    assert any("block=64 < 128 threads" in r for r in found)
+
+
+# --------------------------------------------------------------------------------------
+# linear_gelu / linear
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "fp16", "bf16"])
+def test_linear_gelu_every_precision_within_its_tolerance(device: str, precision: str) -> None:
+    x = randn(37, 40)
+    weight, bias = linear_params(40, 72)
+    result = linear_gelu(
+        x.to(device),
+        weight.to(device),
+        bias.to(device),
+        precision=precision,
+        block_m=16,
+        block_n=32,
+        block_k=16,
+        group_m=2,
+    )
+    assert_matches(result, linear_gelu_reference(x, weight, bias), precision)
+
+
+@pytest.mark.parametrize(
+    ("block_m", "block_n", "block_k", "group_m"),
+    [(16, 16, 16, 1), (32, 64, 32, 4), (64, 16, 64, 8)],
+)
+def test_linear_gelu_tiles_cover_tails_in_every_dim(
+    device: str, block_m: int, block_n: int, block_k: int, group_m: int
+) -> None:
+    x = randn(2, 37, 40)  # M = 74 rows, K = 40 (not a multiple of block_k)
+    weight, bias = linear_params(40, 72)
+    result = linear_gelu(
+        x.to(device),
+        weight.to(device),
+        bias.to(device),
+        precision="ieee",
+        block_m=block_m,
+        block_n=block_n,
+        block_k=block_k,
+        group_m=group_m,
+    )
+    assert result.shape == (2, 37, 72)
+    assert_matches(result, linear_gelu_reference(x, weight, bias), "ieee")
+
+
+def test_linear_without_bias_reads_transposed_weight_storage(device: str) -> None:
+    x = randn(37, 48)
+    weight = randn(48, 40, seed=5).t()  # [40, 48] with strides (1, 40)
+    result = linear(
+        x.to(device), weight.to(device), None, precision="ieee", block_m=16, block_n=16, block_k=16
+    )
+    assert_matches(result, linear_gelu_reference(x, weight, None, gelu=False), "ieee")
+
+
+def test_linear_gelu_writes_into_out(device: str) -> None:
+    x = randn(37, 40)
+    weight, bias = linear_params(40, 24)
+    out = torch.empty(37, 24, device=device)
+    result = linear_gelu(
+        x.to(device),
+        weight.to(device),
+        bias.to(device),
+        out=out,
+        precision="ieee",
+        block_m=16,
+        block_n=16,
+        block_k=16,
+    )
+    assert result is out
+    assert_matches(out, linear_gelu_reference(x, weight, bias), "ieee")
+
+
+def test_linear_gelu_rejects_weight_with_wrong_in_features() -> None:
+    with pytest.raises(ValueError, match=r"weight has shape \(24, 39\).*\[out_features, 40\]"):
+        linear_gelu(torch.randn(5, 40), torch.randn(24, 39), torch.zeros(24))
+
+
+def test_linear_gelu_rejects_small_or_odd_blocks_and_unknown_precision() -> None:
+    x, weight, bias = torch.randn(5, 40), torch.randn(24, 40), torch.zeros(24)
+    with pytest.raises(ValueError, match="block_k=8 must be a power of two >= 16"):
+        linear_gelu(x, weight, bias, block_k=8)
+    with pytest.raises(ValueError, match="precision='fp64' is not supported"):
+        linear_gelu(x, weight, bias, precision="fp64")
+
+
+def test_linear_gelu_rejects_out_of_wrong_shape() -> None:
+    with pytest.raises(ValueError, match=r"out has shape \(5, 23\)"):
+        linear_gelu(
+            torch.randn(5, 40), torch.randn(24, 40), torch.zeros(24), out=torch.empty(5, 23)
+        )
+
+
+def test_linear_gelu_planning_reasons() -> None:
+    config: dict = {
+        "num_rows": 8192,
+        "in_features": 128,
+        "out_features": 128,
+        "block_m": 128,
+        "block_n": 128,
+        "block_k": 32,
+        "group_m": 8,
+        "num_warps": 4,
+        "num_stages": 3,
+        "precision": "tf32",
+        "device_type": "cuda",
+        "capability": (9, 0),
+        "smem_bytes": H200_SMEM,
+    }
+    assert linear_gelu_not_supported_reasons(**config) == []
+    found = linear_gelu_not_supported_reasons(**{**config, "out_features": 40, "block_k": 12})
+    assert "BLOCK_N=128 > padded size 64" in found
+    assert any("block_k=12" in r for r in found)
+    need = estimate_linear_shared_memory_bytes(
+        block_m=256, block_n=256, block_k=64, num_stages=4, precision="tf32"
+    )
+    assert need == 4 * (256 * 64 * 2) * 4
+    big = {
+        **config,
+        "num_rows": 8192,
+        "in_features": 1024,
+        "out_features": 1024,
+        "block_m": 256,
+        "block_n": 256,
+        "block_k": 64,
+        "num_stages": 4,
+    }
+    assert f"needs ~{need} B shared memory, device has {H200_SMEM}" in (
+        linear_gelu_not_supported_reasons(**big)
+    )
+
+
+def test_project_rule_is_an_or_of_absolute_and_relative_error() -> None:
+    ref = torch.tensor([100.0, 0.001])
+    assert compare(torch.tensor([101.9, 0.0029]), ref, PROJECT_RULE).passed
+    assert not compare(torch.tensor([102.1, 0.001]), ref, PROJECT_RULE).passed
+    assert not compare(torch.tensor([float("nan"), 0.001]), ref, PROJECT_RULE).passed

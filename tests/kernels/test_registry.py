@@ -1,0 +1,40 @@
+"""Every registered kernel check passes on the test device, quickly, with unique names."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("triton")
+
+from kernels.registry import CheckResult, KernelCheck, iter_checks
+
+
+def test_check_names_are_unique_and_cover_every_kernel_family() -> None:
+    names = [check.name for check in iter_checks()]
+    assert len(names) == len(set(names))
+    for family in ("attention/", "layernorm/", "ffn/bias_gelu", "ffn/linear_gelu"):
+        assert any(name.startswith(family) for name in names), family
+    for precision in ("ieee", "tf32", "fp16", "bf16"):
+        assert any(name.startswith("attention/") and name.endswith(precision) for name in names)
+
+
+def test_every_check_passes_and_the_list_runs_in_under_a_minute(device: str) -> None:
+    start = time.perf_counter()
+    failures = []
+    for check in iter_checks():
+        result = check.run(device)
+        if not result.passed:
+            failures.append(f"{check.name}: {result.detail}")
+    assert not failures, "\n".join(failures)
+    assert time.perf_counter() - start < 60
+
+
+def test_a_crashing_check_is_reported_as_a_failed_result() -> None:
+    def crash(device: str) -> CheckResult:
+        raise RuntimeError(f"boom on {device}")
+
+    result = KernelCheck("crash", "always raises", crash).run("cpu")
+    assert not result.passed
+    assert "RuntimeError: boom on cpu" in result.detail

@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from autotune.build import (
+    MASK_GENERAL,
+    MASK_NONE,
+    MASK_RIGHT_PADDED,
+    build_candidate,
+    classify_mask,
+    not_supported_reasons,
+)
+from autotune.cases import get_case
+from autotune.correctness import CaseBench
+from autotune.device import DeviceInfo
+from autotune.evaluate import evaluate_plan
+from autotune.golden import check_vector, load_vector
+from autotune.outcome import Outcome, OutcomeKind
+from autotune.plan import Plan
+from autotune.reference import ReferenceTransformer, TransformerConfig, check_outputs
+from tests.conftest import GOLDEN
+
+# Every knob value that runs on the CPU, each combined with the others' variety.
+CPU_PLANS = [
+    Plan(),
+    Plan(attention="sdpa_math", heads="strided"),
+    Plan(attention="sdpa_flash", qkv="packed", mask="elide"),
+    Plan(attention="sdpa_math", qkv="packed", heads="strided", mask="elide", batch_chunk=1),
+    Plan(attention="reference", mask="elide", attn_precision="ieee", gemm_precision="ieee"),
+    Plan(attention="sdpa_math", attn_precision="fp16", qkv="packed"),
+    Plan(attention="sdpa_flash", attn_precision="fp16", heads="strided", mask="elide"),
+    Plan(qkv="packed", gemm_precision="fp16", mask="elide"),
+]
+
+
+@pytest.mark.parametrize(
+    ("plan", "path"),
+    list(itertools.product(CPU_PLANS, GOLDEN)),
+    ids=lambda v: v.hash if isinstance(v, Plan) else v.rsplit("/", 1)[-1],
+)
+def test_cpu_plan_passes_the_rule_on_golden_vectors(plan: Plan, path: str, cpu_device) -> None:
+    vector = load_vector(path)
+
+    def subject(config, state_dict):
+        return build_candidate(plan, config, cpu_device, state_dict)
+
+    result = check_vector(vector, subject, exact_tolerance=None)
+    assert result.passed, result.line()
+
+
+def test_candidate_keeps_the_reference_state_dict_names(cpu_device) -> None:
+    cfg = TransformerConfig(1, 8, 16, 2, 32, 2, True)
+    cand = build_candidate(Plan(qkv="packed", gemm_precision="fp16"), cfg, cpu_device)
+    assert list(cand.state_dict()) == list(ReferenceTransformer(cfg).state_dict())
+
+
+def test_derived_weights_follow_a_reloaded_state_dict(cpu_device) -> None:
+    cfg = TransformerConfig(2, 8, 16, 2, 32, 1, True)
+    torch.manual_seed(0)
+    ref = ReferenceTransformer(cfg).eval()
+    cand = build_candidate(Plan(qkv="packed"), cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 8, 16)
+    with torch.inference_mode():
+        before = cand(x)
+    torch.manual_seed(1)
+    other = ReferenceTransformer(cfg).eval()
+    cand.load_state_dict(other.state_dict())
+    with torch.inference_mode():
+        after = cand(x)
+        expected = other(x)
+    assert not torch.allclose(before, after)
+    assert check_outputs(after, expected).passed
+
+
+def test_mask_kinds_are_found_on_the_values() -> None:
+    assert classify_mask(None) == MASK_NONE
+    assert classify_mask(torch.ones(2, 4, dtype=torch.bool)) == MASK_NONE
+    right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    assert classify_mask(right) == MASK_RIGHT_PADDED
+    left = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    assert classify_mask(left) == MASK_GENERAL
+    with pytest.raises(ValueError, match="bool"):
+        classify_mask(torch.ones(2, 4))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_elided_mask_plan_stays_right_on_a_general_mask(causal: bool, cpu_device) -> None:
+    cfg = TransformerConfig(3, 12, 16, 2, 32, 2, causal)
+    torch.manual_seed(3)
+    ref = ReferenceTransformer(cfg).eval()
+    cand = build_candidate(
+        Plan(attention="sdpa_math", mask="elide"), cfg, cpu_device, ref.state_dict()
+    )
+    x = torch.randn(3, 12, 16)
+    mask = torch.ones(3, 12, dtype=torch.bool)
+    mask[0, :3] = False  # left padding: not a prefix, so the key mask must be applied
+    mask[1, 7:] = False
+    with torch.inference_mode():
+        report = check_outputs(cand(x, mask), ref(x, mask))
+    assert report.passed, report.summary()
+    assert "mask=general" in cand.last_route
+
+
+def test_unsupported_combinations_give_reasons(cpu_device) -> None:
+    cfg = TransformerConfig(4, 16, 32, 2, 64, 1, True)
+    reasons = not_supported_reasons(
+        Plan(attention="sdpa_efficient", cuda_graph=True, batch_chunk=4), cfg, cpu_device
+    )
+    text = " | ".join(reasons)
+    assert "sdpa_efficient needs CUDA" in text
+    assert "cuda_graph=true needs CUDA" in text
+    h100 = DeviceInfo("cuda", "NVIDIA H100", (9, 0), 80 << 30, 232448, 132)
+    gpu_reasons = not_supported_reasons(Plan(attention="sdpa_flash"), cfg, h100)
+    assert any("attn_precision fp16 or bf16" in r for r in gpu_reasons)
+    turing = DeviceInfo("cuda", "T4", (7, 5), 16 << 30, 65536, 40)
+    assert any(
+        "sm_80+" in r for r in not_supported_reasons(Plan(gemm_precision="bf16"), cfg, turing)
+    )
+    assert not_supported_reasons(Plan(compile="reduce-overhead", cuda_graph=True), cfg, h100)
+
+
+def test_evaluate_reports_unsupported_before_any_work(cpu_device) -> None:
+    bench = CaseBench(get_case("smoke-1"), cpu_device)
+    outcome = evaluate_plan(bench, Plan(attention="sdpa_efficient"), timing=None)
+    assert outcome.kind is OutcomeKind.UNSUPPORTED and "needs CUDA" in outcome.message
+    assert "build" not in outcome.phase_seconds
+
+
+def test_injected_wrong_implementation_is_caught(monkeypatch, cpu_device) -> None:
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "wrong")
+    bench = CaseBench(get_case("smoke-1"), cpu_device)
+    outcome = evaluate_plan(bench, Plan(), timing=None)
+    assert outcome.kind is OutcomeKind.WRONG_RESULT
+    assert outcome.report is not None and outcome.report.n_failed > 0
+    assert outcome.seeds_checked == 1  # stopped at the first failing seed
+    assert outcome.violation > 0
+
+
+def test_injected_exception_is_an_outcome_not_a_crash(monkeypatch, cpu_device) -> None:
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "raise")
+    bench = CaseBench(get_case("smoke-1"), cpu_device)
+    outcome = evaluate_plan(bench, Plan(), timing=None)
+    assert outcome.kind is OutcomeKind.RUNTIME_ERROR and "injected" in outcome.message
+
+
+def test_predicted_memory_over_capacity_is_rejected_unrun(cpu_device) -> None:
+    bench = CaseBench(get_case("smoke-2"), cpu_device)
+    outcome = evaluate_plan(bench, Plan(), timing=None, capacity_bytes=1 << 20)
+    assert outcome.kind is OutcomeKind.OUT_OF_MEMORY and "not run" in outcome.message
+
+
+def test_passing_plan_is_gated_on_all_seeds_and_timed(cpu_device) -> None:
+    from autotune.measure import TimingSettings
+
+    bench = CaseBench(get_case("smoke-1"), cpu_device)
+    outcome = evaluate_plan(
+        bench,
+        Plan(attention="sdpa_math", qkv="packed"),
+        timing=TimingSettings(warmup=1, rounds=2, reps=3),
+    )
+    assert outcome.passed, outcome.summary_line()
+    assert outcome.seeds_checked == 5 and outcome.padded_seeds_checked == 2
+    assert outcome.timing is not None and outcome.timing.rounds == 2
+    assert outcome.timing.clock == "perf_counter_ns"
+    assert outcome.summary_line().startswith("PASS ")
+    assert 0 <= outcome.report.budget_share <= 1
+
+
+@pytest.mark.parametrize("kind", list(OutcomeKind))
+def test_outcomes_round_trip_through_json(kind: OutcomeKind, cpu_device) -> None:
+    report = check_outputs(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
+    from autotune.outcome import TimingStats
+
+    timing = TimingStats(2.0, 1.0, 2.0, 0.01, 3, 10, (2.0, 2.1, 1.9), (1.0, 1.0, 1.1))
+    outcome = Outcome(kind, "msg", report, 5, 2, timing, 123, 456, 789, {"build": 0.1})
+    assert Outcome.from_json(outcome.to_json()) == outcome

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.plan import KNOBS, REFERENCE_PLAN, Plan, parse_plan
+
+
+def test_partial_json_takes_reference_choices_for_the_rest() -> None:
+    plan = Plan.from_json('{"attention": "sdpa_math", "qkv": "packed"}')
+    assert plan.attention == "sdpa_math" and plan.qkv == "packed"
+    assert plan.heads == REFERENCE_PLAN.heads and plan.cuda_graph is False
+
+
+def test_plan_round_trips_through_json_and_is_hashable() -> None:
+    plan = Plan(attention="sdpa_flash", attn_precision="fp16", batch_chunk=4, cuda_graph=True)
+    assert Plan.from_json(plan.to_json()) == plan
+    assert Plan.from_json(plan.to_json(full=True)) == plan
+    assert {plan: 1}[Plan.from_dict(plan.to_dict())] == 1
+
+
+def test_hash_is_stable_and_ignores_knobs_left_at_the_default() -> None:
+    a = Plan.from_json('{"qkv": "packed"}')
+    b = Plan.from_json('{"qkv": "packed", "heads": "contiguous"}')
+    assert a.hash == b.hash and len(a.hash) == 12
+    assert a.hash != REFERENCE_PLAN.hash
+    # Pinned: a plan's hash must not drift between versions of the code.
+    assert REFERENCE_PLAN.hash == "44136fa355b3"
+
+
+def test_unknown_knob_is_refused_with_the_list_of_valid_ones() -> None:
+    with pytest.raises(ValueError, match=r"unknown knob\(s\) \['tile'\].*attention"):
+        Plan.from_json('{"tile": 64}')
+
+
+def test_unknown_value_is_refused_with_the_valid_values() -> None:
+    with pytest.raises(ValueError, match='valid values: "reference", "sdpa_math"'):
+        Plan.from_json('{"attention": "magic"}')
+    with pytest.raises(ValueError, match="integer"):
+        Plan.from_json('{"batch_chunk": -1}')
+    with pytest.raises(ValueError, match="cuda_graph"):
+        Plan.from_json('{"cuda_graph": "yes"}')
+
+
+def test_parse_plan_accepts_reference_json_and_files(tmp_path) -> None:
+    assert parse_plan("reference") == REFERENCE_PLAN
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"mask": "elide"}))
+    assert parse_plan(f"@{f}").mask == "elide"
+    with pytest.raises(ValueError, match="does not exist"):
+        parse_plan("@/nonexistent/plan.json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        parse_plan("{attention:")
+
+
+def test_every_knob_default_is_the_plan_default() -> None:
+    full = REFERENCE_PLAN.to_dict()
+    assert [k.name for k in KNOBS] == list(full)
+    for knob in KNOBS:
+        assert full[knob.name] == knob.default
