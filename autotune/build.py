@@ -203,6 +203,11 @@ class _LayerWeights:
         self.ffn_out_w, self.ffn_out_b = cast(layer.ffn_out.weight), cast(layer.ffn_out.bias)
 
 
+def _version(t: Tensor) -> int:
+    """A tensor's in-place version (inference tensors keep none: -1)."""
+    return -1 if t.is_inference() else t._version
+
+
 class CandidateTransformer(ReferenceTransformer):
     """The reference's parameters with a forward that follows a plan."""
 
@@ -228,7 +233,7 @@ class CandidateTransformer(ReferenceTransformer):
         if self._weights is None:
             return ()
         return tuple(
-            v for w in self._weights for p in w.sources for v in (p._version, p.data_ptr())
+            v for w in self._weights for p in w.sources for v in (_version(p), p.data_ptr())
         )
 
     def prepared_weights(self) -> list[_LayerWeights]:

@@ -256,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
         return int(args.func(args) or 0)
-    except (CliError, ValueError, FileNotFoundError, PermissionError) as exc:
+    except (CliError, ValueError, FileNotFoundError, PermissionError, OSError) as exc:
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,9 +1,351 @@
-"""Commands of the study pipeline: study, export, plot, bench, validate, kernels."""
+"""Commands of the study pipeline: study, export, plot, bench, kernels."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_STORAGE = "sqlite:///studies.db"
+
+
+def _add_gpu(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gpu",
+        default="cpu",
+        help="GPU profile: cpu, auto, h200, h100, a100, rtx4090, rtx5080 (default cpu)",
+    )
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="run a profile on another device, capping memory to the profile's",
+    )
+
+
+def _storage(url: str) -> Any:
+    """An Optuna RDB storage; a URL that cannot connect is a clear error."""
+    import optuna
+    import sqlalchemy.exc
+
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=None)
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError, ModuleNotFoundError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"cannot open storage {url!r}: {first}; check the URL, that the "
+            "server runs, and that the file is a writable, intact database"
+        ) from exc
+
+
+def _cases_default(args: argparse.Namespace, profile: str) -> str:
+    return args.cases or ("smoke" if profile == "cpu" else "1-13")
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from autotune.cases import select_cases
+    from autotune.profiles import select_profile
+    from autotune.space import available_spaces, select_space
+    from autotune.study import SAMPLERS, run_case_study
+
+    if args.sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {args.sampler!r}; valid samplers: {', '.join(SAMPLERS)}")
+    if args.n_trials < 1:
+        raise ValueError(f"--n-trials must be at least 1, got {args.n_trials}")
+    selection = select_profile(args.gpu, emulate=args.emulate)
+    cases = select_cases(_cases_default(args, selection.profile.name))
+    spaces = available_spaces(args.space)
+    storage = _storage(args.storage)
+    plan = [(c, select_space(selection.profile.name, c, spaces)) for c in cases]
+    print(
+        f"profile {selection.profile.name}"
+        + (" (emulated)" if selection.emulated else "")
+        + f" on {selection.device.name}; {len(plan)} case(s); storage {args.storage}; "
+        f"sampler {args.sampler}; {args.n_trials} trials per study",
+        flush=True,
+    )
+    import time
+
+    deadline = time.monotonic() + args.timeout if args.timeout else None
+    for i, (case, space) in enumerate(plan):
+        timeout = None
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                print(f"time budget spent; {len(plan) - i} case(s) left for the next run")
+                break
+            timeout = left / (len(plan) - i)
+        bar = tqdm(
+            total=args.n_trials,
+            desc=f"case {case.id}",
+            unit="trial",
+            file=sys.stdout,
+            disable=args.quiet,
+            dynamic_ncols=True,
+        )
+
+        def progress(state: Any, bar: Any = bar) -> None:
+            bar.n = state.finished
+            bar.set_postfix(state.postfix(), refresh=False)
+            bar.refresh()
+
+        try:
+            summary = run_case_study(
+                selection,
+                case,
+                space,
+                storage=storage,
+                n_trials=args.n_trials,
+                timeout=timeout,
+                sampler=args.sampler,
+                seed=args.seed,
+                progress=progress,
+            )
+        finally:
+            bar.close()
+        best = f"{summary.best_speedup:.2f}x" if summary.best_speedup else "none"
+        print(
+            f"case {case.id}: {summary.trials} trials ({summary.new_trials} new, "
+            f"{summary.seconds:.0f} s), {summary.feasible} feasible, best {best}; "
+            f"study {summary.name!r}",
+            flush=True,
+        )
+    return 0
+
+
+def _studies_by_case(storage: Any, profile: str) -> dict[str, Any]:
+    """One study per case key: the one with the most finished trials."""
+    import optuna
+
+    from autotune.study import FINISHED
+
+    best: dict[str, Any] = {}
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        name = summary.study_name
+        if name.split("|", 1)[0] != profile:
+            continue
+        study = optuna.load_study(study_name=name, storage=storage)
+        key = study.user_attrs.get("case_key", name)
+        n = len(study.get_trials(deepcopy=False, states=FINISHED))
+        if key not in best or n > best[key][0]:
+            best[key] = (n, study)
+    return {k: v[1] for k, v in sorted(best.items())}
+
+
+def _case_of(study: Any) -> Any:
+    from autotune.cases import get_case, parse_custom
+
+    data = study.user_attrs["case"]
+    try:
+        case = get_case(data["id"])
+    except ValueError:
+        case = None
+    if case is None or case.config.as_dict() != data["config"]:
+        cfg = data["config"]
+        spec = (
+            f"{cfg['batch_size']},{cfg['seq_len']},{cfg['d_model']},{cfg['num_heads']},"
+            f"{cfg['ffn_dim']},{cfg['num_layers']},"
+            f"{'causal' if cfg['causal'] else 'noncausal'}"
+        )
+        case = parse_custom(spec)
+    return case
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autotune.correctness import CaseBench
+    from autotune.export import write_table
+    from autotune.profiles import select_profile
+    from autotune.select import select_winner
+    from autotune.study import environment
+
+    selection = select_profile(args.gpu, emulate=args.emulate)
+    storage = _storage(args.storage)
+    studies = _studies_by_case(storage, selection.profile.name)
+    if not studies:
+        raise ValueError(
+            f"no studies for profile {selection.profile.name!r} in {args.storage}; "
+            f"run 'autotune study --gpu {selection.profile.name}' first"
+        )
+    winners = []
+    for study in studies.values():
+        case = _case_of(study)
+        bench = CaseBench(case, selection.effective_device())
+        max_memory = int(args.max_memory * 2**20) if args.max_memory else None
+        winner = select_winner(study, selection, bench, k=args.finalists, max_memory=max_memory)
+        bench.release()
+        winners.append(winner)
+        ev = winner.evidence()
+        verdict = (
+            f"{winner.plan.describe()} {ev['speedup']:.2f}x (noise {100 * ev['noise']:.1f}%)"
+            if winner.admitted
+            else "reference"
+        )
+        print(f"case {case.id}: {verdict} -- {winner.reason}", flush=True)
+    env = environment(selection)
+    provenance = {
+        "device": env["device"] | {"total_memory": None, "multiprocessors": None},
+        "versions": env["versions"],
+        "commit": env["commit"],
+        "emulated": env["emulated"],
+        "capacity_bytes": env["capacity_bytes"],
+        "storage": args.storage,
+        "command": "autotune export --gpu "
+        + selection.profile.name
+        + (" --emulate" if selection.emulated else ""),
+    }
+    if provenance["device"]["type"] == "cpu":
+        provenance["device"]["name"] = "cpu"
+    out = Path(args.out or f"tables/{selection.profile.name}.py")
+    path, version = write_table(out, selection.profile.name, provenance, winners)
+    print(
+        f"wrote {path} (table version {version}, {len(winners)} entries, "
+        f"{sum(w.admitted for w in winners)} tuned)"
+    )
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from autotune.report import plot_studies
+    from autotune.runtime import load_table
+
+    storage = _storage(args.storage)
+    studies = _studies_by_case(storage, args.gpu)
+    if args.case:
+        from autotune.cases import get_case
+
+        key = str(get_case(args.case).key)
+        studies = {k: v for k, v in studies.items() if k == key}
+    if not studies:
+        raise ValueError(
+            f"no studies for profile {args.gpu!r}"
+            + (f" and case {args.case!r}" if args.case else "")
+            + f" in {args.storage}"
+        )
+    winners: dict[str, int | None] = {}
+    table_path = Path(args.table or f"tables/{args.gpu}.py")
+    if table_path.is_file():
+        table = load_table(table_path)
+        for entry in table.entries.values():
+            ev = entry.get("evidence", {})
+            winners[ev.get("study", "")] = ev.get("trial")
+    ordered = sorted(studies.values(), key=lambda s: _case_sort(s.user_attrs["case"]["id"]))
+    out = plot_studies(ordered, args.out or f"docs/pareto_{args.gpu}.png", winners)
+    print(f"wrote {out} ({len(ordered)} studies)")
+    return 0
+
+
+def _case_sort(case_id: str) -> tuple[int, str]:
+    return (int(case_id), "") if case_id.isdigit() else (10**6, case_id)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from autotune.bench import bench_case, summarise, write_csv
+    from autotune.cases import select_cases
+    from autotune.profiles import select_profile
+    from autotune.runtime import load_table
+
+    table = load_table(args.table)
+    device = select_profile(args.gpu, emulate=args.emulate).device
+    spec = args.cases or ",".join(
+        sorted({e["case"] for e in table.entries.values()}, key=_case_sort)
+    )
+    rows = []
+    for case in select_cases(spec):
+        row = bench_case(case, device, table)
+        rows.append(row)
+        print(
+            f"case {case.id}: {row.verdict} "
+            + (f"{row.speedup:.2f}x" if row.speedup else "")
+            + f"  {row.route}",
+            flush=True,
+        )
+    print(summarise(rows))
+    if args.csv:
+        write_csv(rows, args.csv)
+        print(f"wrote {args.csv}")
+    return 1 if any(r.verdict == "FAIL" for r in rows) else 0
+
+
+def cmd_kernels_check(args: argparse.Namespace) -> int:
+    import torch
+
+    from kernels.registry import iter_checks
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    passed = failed = 0
+    for check in iter_checks():
+        try:
+            result = check.run(device)
+        except Exception as exc:  # a kernel that cannot run fails its check, with why
+            print(f"{check.name:<48} FAIL  {type(exc).__name__}: {exc}")
+            failed += 1
+            continue
+        verdict = "PASS" if result.passed else "FAIL"
+        print(f"{check.name:<48} {verdict}  max abs err {result.max_abs_err:.2e}  {result.detail}")
+        passed += result.passed
+        failed += not result.passed
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    return None
+    p = sub.add_parser("study", help="run or resume Optuna studies, one per case")
+    _add_gpu(p)
+    p.add_argument(
+        "--cases",
+        help="case spec: 1-13, all, smoke, ID,ID, or custom shapes "
+        "(default: smoke on cpu, 1-13 on a GPU)",
+    )
+    p.add_argument(
+        "--n-trials",
+        type=int,
+        default=30,
+        help="finished trials each study should reach (rerun to resume)",
+    )
+    p.add_argument("--timeout", type=float, help="seconds for the whole run, shared by cases")
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help="any SQLAlchemy URL")
+    p.add_argument("--sampler", default="tpe", help="tpe, nsga2, gp, random or grid")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--space",
+        action="append",
+        help="a search-space file (.py or .json) that overrides the built-in spaces (repeatable)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("export", help="select winners and write the dispatch-table module")
+    _add_gpu(p)
+    p.add_argument("--storage", default=DEFAULT_STORAGE)
+    p.add_argument("--out", help="output path (default tables/PROFILE.py)")
+    p.add_argument("--finalists", type=int, default=3, help="Pareto finalists to re-measure")
+    p.add_argument("--max-memory", type=float, help="memory cap in MiB (default: profile's)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("plot", help="PNG Pareto fronts of latency against peak memory")
+    p.add_argument("--gpu", default="cpu", help="profile whose studies to plot")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--case", help="one case")
+    g.add_argument("--all", action="store_true", help="every case (the default)")
+    p.add_argument("--storage", default=DEFAULT_STORAGE)
+    p.add_argument("--table", help="table whose winners to mark (default tables/PROFILE.py)")
+    p.add_argument("--out", help="PNG path (default docs/pareto_PROFILE.png)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("bench", help="official protocol: reference vs a table's dispatcher")
+    p.add_argument("--table", required=True)
+    p.add_argument("--cases", help="case spec (default: the table's cases)")
+    _add_gpu(p)
+    p.set_defaults(gpu="auto")
+    p.add_argument("--csv", help="also write the rows as CSV")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("kernels", help="the project's Triton kernels")
+    ksub = p.add_subparsers(dest="kernels_command", required=True, metavar="ACTION")
+    k = ksub.add_parser("check", help="every kernel against its reference at small, odd shapes")
+    k.set_defaults(func=cmd_kernels_check)

@@ -60,48 +60,60 @@ def _sync(cuda: bool) -> None:
         torch.cuda.synchronize()
 
 
-def measure_paired(
-    reference: Forward, candidate: Forward, settings: TimingSettings, *, cuda: bool
-) -> TimingStats:
-    """Warm up both, then ``rounds`` rounds of ``reps`` forwards each, order alternating."""
-    for fn in (reference, candidate):
+def measure_interleaved(
+    fns: list[Forward], settings: TimingSettings, *, cuda: bool
+) -> tuple[int, list[tuple[float, list[float]]]]:
+    """Reps per round, and the median and per-round medians (ms) of each function, timed
+    interleaved: warm-up,
+    then ``rounds`` rounds in which each function runs ``reps`` forwards, the order
+    reversed every other round."""
+    for fn in fns:
         for _ in range(settings.warmup):
             fn()
         _sync(cuda)
     reps = settings.reps
     if settings.max_round_seconds is not None:
-        probe = _time_forwards(reference, 2, cuda) + _time_forwards(candidate, 2, cuda)
-        slowest_ms = max(probe)
+        slowest_ms = max(max(_time_forwards(fn, 2, cuda)) for fn in fns)
         fit = int(settings.max_round_seconds * 1000 / max(slowest_ms, 1e-3))
         reps = max(settings.min_reps, min(reps, fit))
-    ref_all: list[float] = []
-    cand_all: list[float] = []
-    ref_rounds: list[float] = []
-    cand_rounds: list[float] = []
+    samples: list[list[float]] = [[] for _ in fns]
+    rounds: list[list[float]] = [[] for _ in fns]
+    order = list(range(len(fns)))
     for r in range(settings.rounds):
-        order = ((reference, ref_all, ref_rounds), (candidate, cand_all, cand_rounds))
-        if r % 2 == 1:
-            order = order[::-1]
-        for fn, sink, round_sink in order:
-            times = _time_forwards(fn, reps, cuda)
-            sink.extend(times)
-            round_sink.append(statistics.median(times))
-    ref_med = statistics.median(ref_all)
-    cand_med = statistics.median(cand_all)
-    speedup = ref_med / cand_med if cand_med > 0 else float("inf")
-    per_round = [r / c for r, c in zip(ref_rounds, cand_rounds, strict=True) if c > 0]
+        for i in order if r % 2 == 0 else order[::-1]:
+            times = _time_forwards(fns[i], reps, cuda)
+            samples[i].extend(times)
+            rounds[i].append(statistics.median(times))
+    return reps, [(statistics.median(s), rr) for s, rr in zip(samples, rounds, strict=True)]
+
+
+def paired_stats(
+    ref: tuple[float, list[float]], cand: tuple[float, list[float]], reps: int, cuda: bool
+) -> TimingStats:
+    """Speedup of ``cand`` over ``ref`` and the noise: the largest relative disagreement
+    of a round's ratio with the overall ratio."""
+    speedup = ref[0] / cand[0] if cand[0] > 0 else float("inf")
+    per_round = [r / c for r, c in zip(ref[1], cand[1], strict=True) if c > 0]
     noise = max(abs(s - speedup) / speedup for s in per_round) if per_round else 0.0
     return TimingStats(
-        ref_median_ms=ref_med,
-        cand_median_ms=cand_med,
+        ref_median_ms=ref[0],
+        cand_median_ms=cand[0],
         speedup=speedup,
         noise=noise,
-        rounds=settings.rounds,
+        rounds=len(ref[1]),
         reps=reps,
-        ref_round_medians=tuple(ref_rounds),
-        cand_round_medians=tuple(cand_rounds),
+        ref_round_medians=tuple(ref[1]),
+        cand_round_medians=tuple(cand[1]),
         clock="cuda-events" if cuda else "perf_counter_ns",
     )
+
+
+def measure_paired(
+    reference: Forward, candidate: Forward, settings: TimingSettings, *, cuda: bool
+) -> TimingStats:
+    """Reference and candidate timed interleaved, order alternating each round."""
+    reps, (ref, cand) = measure_interleaved([reference, candidate], settings, cuda=cuda)
+    return paired_stats(ref, cand, reps, cuda)
 
 
 def tensor_bytes(*tensors: Tensor | None) -> int:

@@ -112,6 +112,7 @@ def select_profile(name: str, *, emulate: bool = False) -> ProfileSelection:
     """Resolve ``--gpu NAME [--emulate]`` against the device present."""
     if name == "auto":
         device = detect_device("auto")
+        _pin_cpu_threads(device)
         return ProfileSelection(profile_for_device(device), device, False)
     profile = get_profile(name)
     device = (
@@ -124,6 +125,7 @@ def select_profile(name: str, *, emulate: bool = False) -> ProfileSelection:
             f"profile {name!r} needs a CUDA GPU, but torch sees none (torch "
             f"{torch.__version__}); use --gpu cpu, or run on the GPU"
         )
+    _pin_cpu_threads(device)
     if profile.matches(device):
         return ProfileSelection(profile, device, False)
     if not emulate:
@@ -137,3 +139,19 @@ def select_profile(name: str, *, emulate: bool = False) -> ProfileSelection:
         fraction = min(1.0, profile.memory_bytes / device.total_memory)
         torch.cuda.set_per_process_memory_fraction(fraction)
     return ProfileSelection(profile, device, True)
+
+
+CPU_THREADS_ENV = "AUTOTUNE_CPU_THREADS"
+
+
+def _pin_cpu_threads(device: DeviceInfo) -> None:
+    """CPU timing: one intra-op thread by default (``AUTOTUNE_CPU_THREADS`` overrides).
+
+    With several OpenMP threads on a small shared machine, a descheduled worker thread
+    stalls a whole matmul, and paired ratios swing by 100x; one thread measures stably.
+    """
+    if device.type != "cpu":
+        return
+    import os
+
+    torch.set_num_threads(max(1, int(os.environ.get(CPU_THREADS_ENV, "1"))))

@@ -1,0 +1,128 @@
+"""``autotune bench``: the official protocol, reference against a table's dispatcher."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from pathlib import Path
+
+import torch
+
+from autotune.cases import Case
+from autotune.correctness import CaseBench, GateSettings, run_gate
+from autotune.device import DeviceInfo
+from autotune.measure import (
+    OFFICIAL_TIMING,
+    TimingSettings,
+    measure_paired,
+    peak_forward_memory,
+    tensor_bytes,
+)
+from autotune.reference import official_settings
+from autotune.runtime import DispatchedTransformer, DispatchTable
+
+BENCH_GATE = GateSettings(padded_seeds=())  # the official protocol: 5 seeds, as given
+
+
+@dataclasses.dataclass
+class BenchRow:
+    case: str
+    route: str
+    verdict: str
+    ref_ms: float | None = None
+    table_ms: float | None = None
+    speedup: float | None = None
+    noise: float | None = None
+    ref_peak_mib: float | None = None
+    table_peak_mib: float | None = None
+    worst_share: float | None = None
+    failed_elements: int = 0
+
+
+def bench_case(
+    case: Case, device: DeviceInfo, table: DispatchTable, timing: TimingSettings = OFFICIAL_TIMING
+) -> BenchRow:
+    if case.regime == "infeasible-dense":
+        return BenchRow(case.id, "-", "SKIP (the dense reference cannot run this shape)")
+    bench = CaseBench(case, device)
+    cuda = device.type == "cuda"
+    model = DispatchedTransformer(case.config, table=table)
+    model.load_state_dict(bench.state_dict)
+    model = model.to(device.torch_device).eval()
+    x, mask = bench.timing_inputs()
+    with official_settings():
+        with torch.inference_mode():
+            route = str(model.explain(x, mask))
+            held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
+            peak = peak_forward_memory(lambda: model(x, mask), held, cuda=cuda)
+        gate = run_gate(bench, model, BENCH_GATE)
+        if not gate.passed:
+            assert gate.worst is not None
+            return BenchRow(
+                case.id,
+                route,
+                "FAIL",
+                worst_share=gate.worst.budget_share,
+                failed_elements=gate.worst.n_failed,
+            )
+        ref = bench.reference
+        with torch.inference_mode():
+            ref_peak = peak_forward_memory(
+                lambda: ref(x, mask),
+                tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in ref.parameters()),
+                cuda=cuda,
+            )
+            stats = measure_paired(lambda: ref(x, mask), lambda: model(x, mask), timing, cuda=cuda)
+    bench.release()
+    mib = 2**20
+    return BenchRow(
+        case.id,
+        route,
+        "PASS",
+        stats.ref_median_ms,
+        stats.cand_median_ms,
+        stats.speedup,
+        stats.noise,
+        ref_peak / mib if ref_peak else None,
+        peak / mib if peak else None,
+        gate.worst.budget_share if gate.worst else None,
+        0,
+    )
+
+
+def summarise(rows: list[BenchRow]) -> str:
+    timed = [r for r in rows if r.speedup]
+    lines = [
+        f"{'case':<8} {'verdict':<7} {'ref ms':>9} {'table ms':>9} {'speedup':>8} "
+        f"{'noise':>6} {'ref MiB':>9} {'tbl MiB':>9}  route"
+    ]
+    for r in rows:
+
+        def f(v: float | None, fmt: str) -> str:
+            return format(v, fmt) if v is not None else "-"
+
+        lines.append(
+            f"{r.case:<8} {r.verdict[:7]:<7} {f(r.ref_ms, '9.3f')} {f(r.table_ms, '9.3f')} "
+            f"{f(r.speedup, '7.2f')}x {f(100 * r.noise if r.noise is not None else None, '5.1f')}%"
+            f" {f(r.ref_peak_mib, '9.0f')} {f(r.table_peak_mib, '9.0f')}  {r.route}"
+        )
+    if timed:
+        geo = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed))
+        worst = min(timed, key=lambda r: r.speedup)
+        lines.append(
+            f"geometric mean {geo:.2f}x over {len(timed)} cases; worst case "
+            f"{worst.case} {worst.speedup:.2f}x; "
+            f"{sum(r.verdict == 'FAIL' for r in rows)} failed"
+        )
+    return "\n".join(lines)
+
+
+def write_csv(rows: list[BenchRow], path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[f.name for f in dataclasses.fields(BenchRow)])
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(dataclasses.asdict(r))

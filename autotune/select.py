@@ -1,0 +1,258 @@
+"""Winner selection: from a study's feasible Pareto set, re-measure the best few in one
+interleaved run with more repeats and more correctness seeds; admit a winner only when
+its gain over the reference exceeds the measured noise, else the case keeps the
+reference. A memory cap picks along the front."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import optuna
+import torch
+from optuna.trial import FrozenTrial
+
+from autotune.build import build_candidate
+from autotune.correctness import SELECTION_GATE, CaseBench, GateSettings, run_gate
+from autotune.evaluate import _cleanup, classify_exception
+from autotune.measure import (
+    TimingSettings,
+    measure_interleaved,
+    paired_stats,
+    peak_forward_memory,
+    tensor_bytes,
+)
+from autotune.outcome import TimingStats
+from autotune.plan import REFERENCE_PLAN, Plan
+from autotune.profiles import ProfileSelection
+from autotune.reference import official_settings
+from autotune.study import is_feasible, trial_outcome, trial_plan
+
+SELECTION_TIMING = TimingSettings(warmup=20, rounds=3, reps=100, max_round_seconds=1.5, min_reps=10)
+MIN_GAIN = 0.02  # a winner must beat the reference by more than noise and by 2%
+
+
+@dataclasses.dataclass(frozen=True)
+class Winner:
+    """The exported choice for one case, with its evidence."""
+
+    case_id: str
+    case_key: tuple[Any, ...]
+    plan: Plan
+    admitted: bool  # False: the reference serves (no candidate beat it beyond noise)
+    reason: str
+    study: str
+    trial: int | None
+    space_hash: str
+    timing: TimingStats | None
+    peak_memory_bytes: int | None
+    ref_peak_memory_bytes: int | None
+    seeds: int
+    padded_seeds: int
+    worst_budget_share: float | None
+    finalists: tuple[dict[str, Any], ...] = ()
+
+    def evidence(self) -> dict[str, Any]:
+        t = self.timing
+        return {
+            "speedup": round(t.speedup, 4) if t else None,
+            "noise": round(t.noise, 4) if t else None,
+            "ref_median_ms": round(t.ref_median_ms, 5) if t else None,
+            "plan_median_ms": round(t.cand_median_ms, 5) if t else None,
+            "timing": f"{t.rounds} rounds x {t.reps} reps, {t.clock}" if t else None,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "ref_peak_memory_bytes": self.ref_peak_memory_bytes,
+            "correctness_seeds": self.seeds,
+            "padded_seeds": self.padded_seeds,
+            "worst_budget_share": (
+                round(self.worst_budget_share, 5) if self.worst_budget_share is not None else None
+            ),
+            "study": self.study,
+            "trial": self.trial,
+            "space_hash": self.space_hash,
+            "reason": self.reason,
+        }
+
+
+def pareto_front(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Feasible trials no other feasible trial beats on both latency and memory."""
+    feasible = [t for t in trials if is_feasible(t)]
+    front = []
+    for t in feasible:
+        dominated = any(
+            o is not t
+            and all(a <= b for a, b in zip(o.values, t.values, strict=True))
+            and any(a < b for a, b in zip(o.values, t.values, strict=True))
+            for o in feasible
+        )
+        if not dominated:
+            front.append(t)
+    return sorted(front, key=lambda t: (t.values[0], t.values[1], t.number))
+
+
+def finalists(
+    study: optuna.Study, *, k: int = 3, max_memory: int | None = None
+) -> list[FrozenTrial]:
+    """The fastest ``k`` distinct plans of the feasible Pareto set under the memory cap,
+    topped up with the next-fastest feasible trials when the front is short."""
+    trials = study.get_trials(deepcopy=False)
+    feasible = sorted(
+        (t for t in trials if is_feasible(t)), key=lambda t: (t.values[0], t.values[1], t.number)
+    )
+    ordered = pareto_front(trials) + feasible
+    chosen: list[FrozenTrial] = []
+    seen: set[str] = set()
+    for t in ordered:
+        outcome = trial_outcome(t)
+        peak = outcome.peak_memory_bytes if outcome else None
+        if max_memory is not None and peak is not None and peak > max_memory:
+            continue
+        h = t.user_attrs.get("plan_hash")
+        if h in seen or h == REFERENCE_PLAN.hash:
+            continue
+        seen.add(h)
+        chosen.append(t)
+        if len(chosen) == k:
+            break
+    return chosen
+
+
+def select_winner(
+    study: optuna.Study,
+    selection: ProfileSelection,
+    bench: CaseBench,
+    *,
+    k: int = 3,
+    max_memory: int | None = None,
+    timing: TimingSettings = SELECTION_TIMING,
+    gate: GateSettings = SELECTION_GATE,
+) -> Winner:
+    """Re-verify and re-time the finalists against the reference in one run."""
+    case = bench.case
+    space_hash = study.user_attrs.get("space", {}).get("hash", "")
+    cap = max_memory if max_memory is not None else selection.capacity_bytes
+    cands = finalists(study, k=k, max_memory=cap)
+    cuda = bench.device.type == "cuda"
+    notes: list[dict[str, Any]] = []
+    models: list[tuple[FrozenTrial, Plan, Any, Any, int | None]] = []
+    x, mask = bench.timing_inputs()
+    with official_settings():
+        for t in cands:
+            plan = trial_plan(t)
+            assert plan is not None
+            try:
+                model = build_candidate(plan, case.config, bench.device, bench.state_dict)
+                held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
+                with torch.inference_mode():
+                    peak = peak_forward_memory(lambda m=model: m(x, mask), held, cuda=cuda)
+                result = run_gate(bench, model, gate)
+            except Exception as exc:  # a finalist that fails now is dropped, with why
+                notes.append(
+                    {
+                        "trial": t.number,
+                        "plan": plan.describe(),
+                        "dropped": f"{classify_exception(exc).value}: {exc}"[:300],
+                    }
+                )
+                continue
+            if not result.passed:
+                notes.append(
+                    {
+                        "trial": t.number,
+                        "plan": plan.describe(),
+                        "dropped": f"wrong result on re-check: {result.worst.summary()}",
+                    }
+                )
+                continue
+            if cap is not None and peak is not None and peak > cap:
+                notes.append(
+                    {
+                        "trial": t.number,
+                        "plan": plan.describe(),
+                        "dropped": f"peak {peak} B over the cap {cap} B",
+                    }
+                )
+                continue
+            models.append((t, plan, model, result, peak))
+        if not models:
+            return _keep_reference(
+                case,
+                study,
+                space_hash,
+                "no finalist passed re-verification" if cands else "no feasible trial",
+                notes,
+            )
+        ref = bench.reference
+        fns = [lambda: ref(x, mask)] + [lambda m=m: m(x, mask) for _, _, m, _, _ in models]
+        with torch.inference_mode():
+            ref_peak = peak_forward_memory(
+                lambda: ref(x, mask),
+                tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in ref.parameters()),
+                cuda=cuda,
+            )
+            reps, results = measure_interleaved(fns, timing, cuda=cuda)
+    scored = []
+    for (t, plan, _, result, peak), res in zip(models, results[1:], strict=True):
+        stats = paired_stats(results[0], res, reps, cuda)
+        notes.append(
+            {
+                "trial": t.number,
+                "plan": plan.describe(),
+                "speedup": round(stats.speedup, 4),
+                "noise": round(stats.noise, 4),
+            }
+        )
+        scored.append((stats, t, plan, result, peak))
+    del models, fns
+    _cleanup(cuda)
+    stats, t, plan, result, peak = max(scored, key=lambda s: s[0].speedup)
+    gain = stats.speedup - 1.0
+    if gain <= max(stats.noise, MIN_GAIN):
+        return _keep_reference(
+            case,
+            study,
+            space_hash,
+            f"best finalist {plan.describe()} gained {100 * gain:.1f}%, not above the noise "
+            f"{100 * stats.noise:.1f}% (and {100 * MIN_GAIN:.0f}%)",
+            notes,
+        )
+    return Winner(
+        case_id=case.id,
+        case_key=case.key.as_tuple(),
+        plan=plan,
+        admitted=True,
+        reason=f"fastest of {len(scored)} re-measured finalists; gain {100 * gain:.1f}% > "
+        f"noise {100 * stats.noise:.1f}%",
+        study=study.study_name,
+        trial=t.number,
+        space_hash=space_hash,
+        timing=stats,
+        peak_memory_bytes=peak,
+        ref_peak_memory_bytes=ref_peak,
+        seeds=result.seeds_checked,
+        padded_seeds=result.padded_seeds_checked,
+        worst_budget_share=result.worst.budget_share if result.worst else None,
+        finalists=tuple(notes),
+    )
+
+
+def _keep_reference(
+    case: Any, study: optuna.Study, space_hash: str, reason: str, notes: list[dict[str, Any]]
+) -> Winner:
+    return Winner(
+        case.id,
+        case.key.as_tuple(),
+        REFERENCE_PLAN,
+        False,
+        reason,
+        study.study_name,
+        None,
+        space_hash,
+        None,
+        None,
+        None,
+        0,
+        0,
+        None,
+        tuple(notes),
+    )

@@ -1,0 +1,273 @@
+"""Load, validate, select and sample declarative search spaces (``search_spaces/``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import itertools
+import json
+import os
+import pkgutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from autotune.cases import Case
+from autotune.plan import KNOBS_BY_NAME, REFERENCE_PLAN, Plan
+
+SPACES_ENV = "AUTOTUNE_SPACES"
+
+
+class Suggester(Protocol):
+    """What sampling needs from an Optuna trial (so this module needs no optuna)."""
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    name: str
+    choices: tuple[Any, ...]  # plain values, or labels of variants
+    variants: tuple[Mapping[str, Any], ...] | None = None
+    when: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+
+    def applies(self, chosen: Mapping[str, Any]) -> bool:
+        return all(chosen.get(k, _default(k)) in v for k, v in self.when.items())
+
+    def knob_values(self, choice: Any) -> dict[str, Any]:
+        if self.variants is None:
+            return {self.name: choice}
+        return dict(self.variants[self.choices.index(choice)])
+
+
+def _default(knob: str) -> Any:
+    return getattr(REFERENCE_PLAN, knob)
+
+
+def _variant_label(variant: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={variant[k]}" for k in sorted(variant))
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    profiles: tuple[str, ...]
+    regimes: tuple[str, ...]
+    params: tuple[Param, ...]
+    fixed: Mapping[str, Any]
+    restrictions: tuple[Mapping[str, tuple[Any, ...]], ...]
+    enqueue: tuple[Plan, ...]
+    priority: int
+    source: str
+    content_hash: str
+
+    def matches(self, profile: str, case: Case) -> bool:
+        return (profile in self.profiles or "*" in self.profiles) and (
+            case.regime in self.regimes or "*" in self.regimes
+        )
+
+    def violated(self, plan: Plan) -> str | None:
+        """The restriction this plan breaks, as text, or None."""
+        for rule in self.restrictions:
+            if all(getattr(plan, k) in v for k, v in rule.items()):
+                return "forbidden by the space: " + ", ".join(
+                    f"{k} in {list(v)}" for k, v in rule.items()
+                )
+        return None
+
+    def sample(self, trial: Suggester) -> Plan:
+        """Define-by-run sampling: conditional parameters are asked only when they apply."""
+        chosen: dict[str, Any] = dict(self.fixed)
+        for param in self.params:
+            if not param.applies(chosen):
+                continue
+            choice = trial.suggest_categorical(param.name, list(param.choices))
+            chosen.update(param.knob_values(choice))
+        return Plan.from_dict(chosen)
+
+    def params_for(self, plan: Plan) -> dict[str, Any]:
+        """The parameter values that make ``sample`` return this plan (for enqueueing)."""
+        values: dict[str, Any] = {}
+        chosen: dict[str, Any] = dict(self.fixed)
+        for param in self.params:
+            if not param.applies(chosen):
+                continue
+            if param.variants is None:
+                choice = getattr(plan, param.name)
+                if choice not in param.choices:
+                    raise ValueError(
+                        f"plan {plan.describe()!r}: {param.name}={choice!r} is outside space "
+                        f"{self.name!r} (choices {list(param.choices)})"
+                    )
+            else:
+                matching = [
+                    label
+                    for label, variant in zip(param.choices, param.variants, strict=True)
+                    if all(getattr(plan, k) == v for k, v in variant.items())
+                ]
+                if not matching:
+                    raise ValueError(
+                        f"plan {plan.describe()!r} matches no variant of {param.name!r} in "
+                        f"space {self.name!r}"
+                    )
+                choice = matching[0]
+            values[param.name] = choice
+            chosen.update(param.knob_values(choice))
+        return values
+
+    def enumerate(self) -> Iterator[Plan]:
+        """Every plan of the space (conditions and restrictions applied), in a fixed order."""
+        seen: set[Plan] = set()
+
+        def walk(i: int, chosen: dict[str, Any]) -> Iterator[Plan]:
+            if i == len(self.params):
+                plan = Plan.from_dict(chosen)
+                if plan not in seen and self.violated(plan) is None:
+                    seen.add(plan)
+                    yield plan
+                return
+            param = self.params[i]
+            if not param.applies(chosen):
+                yield from walk(i + 1, chosen)
+                return
+            for choice in param.choices:
+                yield from walk(i + 1, {**chosen, **param.knob_values(choice)})
+
+        yield from walk(0, dict(self.fixed))
+
+    def size(self) -> int:
+        return sum(1 for _ in self.enumerate())
+
+
+def _as_tuple(value: Any, where: str) -> tuple[Any, ...]:
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    raise ValueError(f"{where} must be a list, got {value!r}")
+
+
+def parse_space(data: Mapping[str, Any], source: str) -> SearchSpace:
+    """Validate a space's data; errors name the space, the field and the valid values."""
+    where = f"search space {data.get('name', '?')!r} ({source})"
+    known = {
+        "name",
+        "profiles",
+        "regimes",
+        "params",
+        "fixed",
+        "restrictions",
+        "enqueue",
+        "priority",
+        "description",
+    }
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown fields {unknown}; valid: {sorted(known)}")
+    if not isinstance(data.get("name"), str):
+        raise ValueError(f"{where}: 'name' must be a string")
+    params = []
+    for i, p in enumerate(data.get("params", [])):
+        pw = f"{where} param #{i}"
+        if "variants" in p:
+            variants = tuple(dict(v) for v in p["variants"])
+            for v in variants:
+                Plan.from_dict(v)  # validates knob names and values
+            params.append(
+                Param(p["name"], tuple(_variant_label(v) for v in variants), variants, _when(p, pw))
+            )
+        else:
+            name = p.get("name")
+            if name not in KNOBS_BY_NAME:
+                raise ValueError(f"{pw}: unknown knob {name!r}; valid: {list(KNOBS_BY_NAME)}")
+            values = _as_tuple(p.get("values"), f"{pw} values")
+            for v in values:
+                KNOBS_BY_NAME[name].validate(v)
+            params.append(Param(name, values, None, _when(p, pw)))
+    fixed = dict(data.get("fixed", {}))
+    Plan.from_dict(fixed)
+    restrictions = []
+    for rule in data.get("restrictions", []):
+        forbid = rule.get("forbid") if isinstance(rule, Mapping) else None
+        if not isinstance(forbid, Mapping):
+            raise ValueError(f"{where}: a restriction is {{'forbid': {{knob: [values]}}}}")
+        for k in forbid:
+            if k not in KNOBS_BY_NAME:
+                raise ValueError(f"{where}: restriction names unknown knob {k!r}")
+        restrictions.append(
+            {k: _as_tuple(v, f"{where} restriction {k}") for k, v in forbid.items()}
+        )
+    canonical = json.dumps(data, sort_keys=True, default=str)
+    space = SearchSpace(
+        name=data["name"],
+        profiles=_as_tuple(data.get("profiles", ["*"]), f"{where} profiles"),
+        regimes=_as_tuple(data.get("regimes", ["*"]), f"{where} regimes"),
+        params=tuple(params),
+        fixed=fixed,
+        restrictions=tuple(restrictions),
+        enqueue=tuple(Plan.from_dict({**fixed, **e}) for e in data.get("enqueue", [])),
+        priority=int(data.get("priority", 0)),
+        source=source,
+        content_hash=hashlib.sha256(canonical.encode()).hexdigest()[:16],
+    )
+    for plan in space.enqueue:
+        space.params_for(plan)  # every enqueued plan must lie inside the space
+    return space
+
+
+def _when(p: Mapping[str, Any], where: str) -> dict[str, tuple[Any, ...]]:
+    when = p.get("when", {})
+    for k in when:
+        if k not in KNOBS_BY_NAME:
+            raise ValueError(f"{where}: 'when' names unknown knob {k!r}")
+    return {k: _as_tuple(v, f"{where} when {k}") for k, v in when.items()}
+
+
+def load_space_file(path: str | Path) -> SearchSpace:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"search space file {str(path)!r} does not exist")
+    if path.suffix == ".json":
+        return parse_space(json.loads(path.read_text()), str(path))
+    spec = importlib.util.spec_from_file_location(f"_user_space_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import search space {str(path)!r}; use a .py or .json file")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "SPACE"):
+        raise ValueError(f"{str(path)!r} defines no SPACE dict")
+    return parse_space(module.SPACE, str(path))
+
+
+def builtin_spaces() -> list[SearchSpace]:
+    import search_spaces
+
+    spaces = []
+    for info in sorted(pkgutil.iter_modules(search_spaces.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"search_spaces.{info.name}")
+        if hasattr(module, "SPACE"):
+            spaces.append(parse_space(module.SPACE, f"search_spaces/{info.name}.py"))
+    return spaces
+
+
+def available_spaces(extra: list[str] | None = None) -> list[SearchSpace]:
+    """Built-in spaces, then those in ``$AUTOTUNE_SPACES``, then ``--space`` files."""
+    spaces = builtin_spaces()
+    folder = os.environ.get(SPACES_ENV)
+    if folder:
+        for path in sorted(itertools.chain(Path(folder).glob("*.py"), Path(folder).glob("*.json"))):
+            spaces.append(load_space_file(path))
+    for path in extra or []:
+        spaces.append(dataclasses.replace(load_space_file(path), priority=1000))
+    return spaces
+
+
+def select_space(profile: str, case: Case, spaces: list[SearchSpace]) -> SearchSpace:
+    """The matching space of highest priority; a user's space with the same name wins."""
+    matching = [s for s in spaces if s.matches(profile, case)]
+    if not matching:
+        raise ValueError(
+            f"no search space serves profile {profile!r} and regime {case.regime!r}; "
+            f"spaces: {[s.name for s in spaces]}"
+        )
+    return max(enumerate(matching), key=lambda t: (t[1].priority, t[0]))[1]

@@ -1,0 +1,259 @@
+"""Optuna orchestration: one study per (profile, case, search-space hash).
+
+Two objectives, both minimised: latency relative to the reference (measured paired in
+the same process) and peak memory (MiB). Correctness and predicted memory are
+``trial.set_constraint`` values, so samplers learn where the feasible region is. The
+reference plan and the space's defaults are enqueued first. Rerunning the same command
+resumes: ``--n-trials`` is the number of finished trials a study should reach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.cases import Case
+from autotune.correctness import CaseBench
+from autotune.device import project_commit, software_versions
+from autotune.evaluate import evaluate_plan
+from autotune.measure import STUDY_TIMING, TimingSettings, predict_peak_bytes
+from autotune.outcome import Outcome, OutcomeKind
+from autotune.plan import REFERENCE_PLAN, Plan
+from autotune.profiles import ProfileSelection
+from autotune.space import SearchSpace
+
+OBJECTIVES = ("relative_latency", "peak_memory_mib")
+PENALTY_LATENCY = 100.0  # relative latency recorded for plans that did not pass
+SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid")
+FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+
+def study_name(profile: str, case: Case, space: SearchSpace) -> str:
+    """Deterministic: the same profile, case shape and space content give the same name."""
+    return f"{profile}|{case.key}|{space.name}-{space.content_hash}"
+
+
+def make_sampler(name: str, seed: int | None, n_objectives: int = 2) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=seed, multivariate=True, group=True, n_startup_trials=8, constant_liar=True
+        )
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=8)
+    if name in ("random", "grid"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise ValueError(f"unknown sampler {name!r}; valid samplers: {', '.join(SAMPLERS)}")
+
+
+def environment(selection: ProfileSelection) -> dict[str, Any]:
+    dev = selection.device
+    return {
+        "profile": selection.profile.name,
+        "emulated": selection.emulated,
+        "capacity_bytes": selection.capacity_bytes,
+        "device": dev.as_dict(),
+        "versions": software_versions(),
+        "commit": project_commit(),
+    }
+
+
+def _finished(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def enqueue_defaults(study: optuna.Study, space: SearchSpace, sampler: str) -> int:
+    """Enqueue the reference and the space's defaults (every plan, for ``grid``) once."""
+    if study.trials:
+        return 0
+    plans = [REFERENCE_PLAN, *space.enqueue]
+    if sampler == "grid":
+        plans += list(space.enumerate())
+    seen: set[Plan] = set()
+    n = 0
+    for plan in plans:
+        if plan in seen:
+            continue
+        seen.add(plan)
+        try:
+            params = space.params_for(plan)
+        except ValueError:
+            continue  # the reference may lie outside a user's space
+        study.enqueue_trial(params, user_attrs={"enqueued": True})
+        n += 1
+    return n
+
+
+def record_outcome(trial: optuna.Trial, plan: Plan, outcome: Outcome, capacity: int) -> list[float]:
+    """Store the outcome on the trial, set the constraints, return the objective values."""
+    trial.set_user_attr("plan", plan.to_dict())
+    trial.set_user_attr("plan_hash", plan.hash)
+    trial.set_user_attr("outcome_kind", outcome.kind.value)
+    trial.set_user_attr("outcome", outcome.to_json())
+    trial.set_constraint("correctness", float(outcome.violation))
+    predicted = outcome.predicted_memory_bytes or 0
+    trial.set_constraint("memory", (predicted - capacity) / capacity if capacity else 0.0)
+    peak = outcome.peak_memory_bytes or predicted
+    if outcome.passed and outcome.timing is not None:
+        latency = outcome.timing.cand_median_ms / outcome.timing.ref_median_ms
+        return [latency, peak / 2**20]
+    return [PENALTY_LATENCY, peak / 2**20]
+
+
+def trial_outcome(trial: FrozenTrial) -> Outcome | None:
+    data = trial.user_attrs.get("outcome")
+    return Outcome.from_json(data) if data else None
+
+
+def trial_plan(trial: FrozenTrial) -> Plan | None:
+    data = trial.user_attrs.get("plan")
+    return Plan.from_dict(data) if data else None
+
+
+def is_feasible(trial: FrozenTrial) -> bool:
+    return (
+        trial.state == TrialState.COMPLETE
+        and trial.user_attrs.get("outcome_kind") == OutcomeKind.PASSED.value
+        and all(v <= 0 for v in trial.constraints.values())
+    )
+
+
+@dataclasses.dataclass
+class StudyProgress:
+    """What the progress bar shows: trials, best speedup so far, feasible share."""
+
+    total: int = 0
+    finished: int = 0
+    feasible: int = 0
+    best_speedup: float = 0.0
+
+    def update(self, trial: FrozenTrial) -> None:
+        self.finished += 1
+        if is_feasible(trial):
+            self.feasible += 1
+            self.best_speedup = max(self.best_speedup, 1.0 / trial.values[0])
+
+    def postfix(self) -> dict[str, str]:
+        share = self.feasible / self.finished if self.finished else 0.0
+        return {"best": f"{self.best_speedup:.2f}x", "feasible": f"{100 * share:.0f}%"}
+
+
+@dataclasses.dataclass
+class StudySummary:
+    name: str
+    case: Case
+    trials: int
+    new_trials: int
+    feasible: int
+    best_speedup: float | None
+    seconds: float
+
+
+def run_case_study(
+    selection: ProfileSelection,
+    case: Case,
+    space: SearchSpace,
+    *,
+    storage: str | optuna.storages.BaseStorage,
+    n_trials: int,
+    timeout: float | None = None,
+    sampler: str = "tpe",
+    seed: int | None = 0,
+    timing: TimingSettings = STUDY_TIMING,
+    progress: Callable[[StudyProgress], None] | None = None,
+    bench: CaseBench | None = None,
+) -> StudySummary:
+    """Run (or resume) one case's study until it has ``n_trials`` finished trials."""
+    name = study_name(selection.profile.name, case, space)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=name,
+        directions=["minimize", "minimize"],
+        sampler=make_sampler(sampler, seed),
+        load_if_exists=True,
+    )
+    if not study.user_attrs:
+        study.set_metric_names(list(OBJECTIVES))
+        for key, value in {
+            "case": case.as_dict(),
+            "case_key": str(case.key),
+            "space": {"name": space.name, "hash": space.content_hash, "source": space.source},
+            "environment": environment(selection),
+            "sampler": sampler,
+            "seed": seed,
+        }.items():
+            study.set_user_attr(key, value)
+    enqueue_defaults(study, space, sampler)
+    done_before = _finished(study)
+    remaining = n_trials - done_before
+    start = time.perf_counter()
+    state = StudyProgress(total=n_trials, finished=done_before)
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
+        if is_feasible(t):
+            state.feasible += 1
+            state.best_speedup = max(state.best_speedup, 1.0 / t.values[0])
+    if remaining <= 0:
+        return _summary(study, case, 0, start)
+    capacity = selection.capacity_bytes
+    bench = bench or CaseBench(case, selection.effective_device())
+
+    def objective(trial: optuna.Trial) -> list[float]:
+        plan = space.sample(trial)
+        reason = space.violated(plan)
+        if reason is not None:
+            outcome = Outcome(
+                OutcomeKind.UNSUPPORTED,
+                reason,
+                predicted_memory_bytes=predict_peak_bytes(plan, case.config),
+            )
+        else:
+            outcome = evaluate_plan(bench, plan, timing=timing, capacity_bytes=capacity)
+        trial.set_user_attr("seconds", round(sum(outcome.phase_seconds.values()), 3))
+        return record_outcome(trial, plan, outcome, capacity)
+
+    def callback(study: optuna.Study, trial: FrozenTrial) -> None:
+        state.update(trial)
+        if progress is not None:
+            progress(state)
+
+    stop = optuna.study.MaxTrialsCallback(n_trials, states=FINISHED)
+    try:
+        study.optimize(
+            objective,
+            n_trials=remaining,
+            timeout=timeout,
+            callbacks=[callback, stop],
+            catch=(Exception,),
+            gc_after_trial=False,
+        )
+    finally:
+        bench.release()
+    return _summary(study, case, _finished(study) - done_before, start)
+
+
+def _summary(study: optuna.Study, case: Case, new: int, start: float) -> StudySummary:
+    trials = study.get_trials(deepcopy=False, states=FINISHED)
+    feasible = [t for t in trials if is_feasible(t)]
+    best = max((1.0 / t.values[0] for t in feasible), default=None)
+    return StudySummary(
+        study.study_name, case, len(trials), new, len(feasible), best, time.perf_counter() - start
+    )
+
+
+def load_studies(storage: str, profile: str | None = None) -> list[optuna.Study]:
+    """Every study in the storage (optionally of one profile), in name order."""
+    summaries = optuna.get_all_study_summaries(storage=storage, include_best_trial=False)
+    names = sorted(s.study_name for s in summaries)
+    if profile is not None:
+        names = [n for n in names if n.split("|", 1)[0] == profile]
+    return [optuna.load_study(study_name=n, storage=storage) for n in names]

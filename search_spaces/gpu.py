@@ -1,0 +1,48 @@
+"""CUDA GPUs, every regime that the dense reference can run: library attention backends,
+QKV packing, head layout, mask elision, operand precision, CUDA graphs, and the project's
+Triton kernels with their tiles."""
+
+_GRAPH_PLAN = {"heads": "strided", "qkv": "packed", "mask": "elide", "cuda_graph": True}
+
+SPACE = {
+    "name": "gpu",
+    "profiles": ["rtx5080", "rtx4090", "a100", "h100", "h200"],
+    "regimes": ["*"],
+    "params": [
+        {
+            "name": "attention",
+            "variants": [
+                {"attention": "reference", "attn_precision": "fp32"},
+                {"attention": "sdpa_efficient", "attn_precision": "fp32"},
+                {"attention": "sdpa_efficient", "attn_precision": "fp16"},
+                {"attention": "sdpa_flash", "attn_precision": "fp16"},
+                {"attention": "sdpa_cudnn", "attn_precision": "fp16"},
+                {"attention": "triton", "attn_precision": "fp32"},
+                {"attention": "triton", "attn_precision": "fp16"},
+            ],
+        },
+        {"name": "attn_block_m", "values": [32, 64, 128], "when": {"attention": ["triton"]}},
+        {"name": "attn_block_n", "values": [32, 64, 128], "when": {"attention": ["triton"]}},
+        {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton"]}},
+        {"name": "attn_stages", "values": [1, 2, 3], "when": {"attention": ["triton"]}},
+        {"name": "qkv", "values": ["separate", "packed"]},
+        {"name": "heads", "values": ["contiguous", "strided"]},
+        {"name": "mask", "values": ["apply", "elide"]},
+        {"name": "gemm_precision", "values": ["fp32", "fp16"]},
+        {"name": "layernorm", "values": ["torch", "triton"]},
+        {"name": "ffn_act", "values": ["torch", "triton_epilogue"]},
+        {"name": "cuda_graph", "values": [False, True]},
+    ],
+    "restrictions": [
+        # The reference arithmetic materialises scores: only worth trying without graphs.
+        {"forbid": {"attention": ["reference"], "cuda_graph": [True]}},
+    ],
+    "enqueue": [
+        {},
+        dict(_GRAPH_PLAN, attention="sdpa_efficient"),
+        dict(_GRAPH_PLAN, attention="sdpa_cudnn", attn_precision="fp16"),
+        dict(_GRAPH_PLAN, attention="sdpa_flash", attn_precision="fp16"),
+        dict(_GRAPH_PLAN, attention="triton", attn_precision="fp16"),
+        dict(_GRAPH_PLAN, attention="sdpa_cudnn", attn_precision="fp16", gemm_precision="fp16"),
+    ],
+}

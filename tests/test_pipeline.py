@@ -1,0 +1,304 @@
+"""End to end on the CPU: study -> export -> import without the tuning stack -> plot."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import optuna
+import pytest
+import torch
+
+from autotune.cli import main
+from autotune.export import render_table
+from autotune.runtime import DispatchedTransformer, load_table
+from autotune.study import study_name
+from tests.conftest import ROOT
+
+BLOCKED = ("optuna", "sqlalchemy", "pandas", "matplotlib")
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> dict:
+    """One real smoke study of two cases, exported and plotted (shared by the tests)."""
+    tmp = tmp_path_factory.mktemp("pipeline")
+    db = f"sqlite:///{tmp / 'studies.db'}"
+    table = tmp / "tables" / "cpu.py"
+    png = tmp / "pareto.png"
+    assert (
+        main(
+            [
+                "study",
+                "--gpu",
+                "cpu",
+                "--cases",
+                "smoke-1,smoke-3",
+                "--n-trials",
+                "6",
+                "--storage",
+                db,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert main(["export", "--gpu", "cpu", "--storage", db, "--out", str(table)]) == 0
+    assert (
+        main(["plot", "--gpu", "cpu", "--storage", db, "--table", str(table), "--out", str(png)])
+        == 0
+    )
+    return {"db": db, "table": table, "png": png, "tmp": tmp}
+
+
+def test_study_records_plans_outcomes_environment_and_resumes(pipeline) -> None:
+    url = str(pipeline["db"])
+    names = sorted(s.study_name for s in optuna.get_all_study_summaries(url))
+    assert len(names) == 2 and all(n.startswith("cpu|") for n in names)
+    study = optuna.load_study(study_name=names[0], storage=url)
+    trials = study.get_trials()
+    assert len(trials) == 6
+    assert trials[0].user_attrs["plan_hash"] == "44136fa355b3"  # the reference, enqueued first
+    for t in trials:
+        assert {"plan", "plan_hash", "outcome_kind", "outcome"} <= set(t.user_attrs)
+        assert set(t.constraints) == {"correctness", "memory"}
+    env = study.user_attrs["environment"]
+    assert env["profile"] == "cpu" and env["versions"]["torch"] and "commit" in env
+    assert study.user_attrs["space"]["hash"]
+    # The same command again resumes: nothing new; a higher target adds the difference.
+    assert (
+        main(
+            [
+                "study",
+                "--gpu",
+                "cpu",
+                "--cases",
+                "smoke-1",
+                "--n-trials",
+                "6",
+                "--storage",
+                url,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "study",
+                "--gpu",
+                "cpu",
+                "--cases",
+                "smoke-1",
+                "--n-trials",
+                "8",
+                "--storage",
+                url,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    from autotune.cases import get_case
+    from autotune.space import builtin_spaces, select_space
+
+    case = get_case("smoke-1")
+    name = study_name("cpu", case, select_space("cpu", case, builtin_spaces()))
+    assert len(optuna.load_study(study_name=name, storage=url).get_trials()) == 8
+
+
+def test_exported_table_serves_in_a_process_without_the_tuning_stack(pipeline) -> None:
+    code = textwrap.dedent(f"""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {BLOCKED!r}:
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        import torch
+        from autotune.cases import get_case
+        from autotune.reference import build_reference, generate_random_case, check_outputs
+        from autotune.reference import official_settings
+        from autotune.runtime import DispatchedTransformer, load_table
+        table = load_table({str(pipeline["table"])!r})
+        assert table.usable, table.problems
+        ok = 0
+        for cid in ("smoke-1", "smoke-3"):
+            case = get_case(cid)
+            ref = build_reference(case.config)
+            model = DispatchedTransformer(case.config, table=table)
+            model.load_state_dict(ref.state_dict())
+            model.eval()
+            for seed in range(1234, 1239):
+                x, m = generate_random_case(case.config, "cpu", torch.float32, seed)
+                with official_settings(), torch.inference_mode():
+                    route = model.explain(x, m)
+                    rep = check_outputs(model(x, m), ref(x, m))
+                assert rep.passed, rep.summary()
+            print(cid, route)
+            ok += 1
+        assert not any(m.split(".")[0] in {BLOCKED!r} for m in sys.modules)
+        print("OK", ok)
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=pipeline["tmp"],
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OK 2" in out.stdout
+
+
+def test_generated_module_imports_without_the_tuning_stack(pipeline) -> None:
+    code = textwrap.dedent(f"""
+        import sys, importlib.util
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {BLOCKED!r}:
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        spec = importlib.util.spec_from_file_location("cpu_table", {str(pipeline["table"])!r})
+        mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+        from autotune.runtime import load_table
+        assert load_table(mod).usable
+        print("ENTRIES", len(mod.ENTRIES))
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ENTRIES 2" in out.stdout
+
+
+def test_plot_file_is_a_png(pipeline) -> None:
+    data = pipeline["png"].read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_edited_table_is_refused_and_the_reference_serves(pipeline, tmp_path) -> None:
+    text = pipeline["table"].read_text()
+    edited = tmp_path / "edited.py"
+    edited.write_text(text.replace("'case': 'smoke-1'", "'case': 'smoke-9'"))
+    table = load_table(edited)
+    assert not table.usable and "content hash mismatch" in table.problems[0]
+    from autotune.cases import get_case
+
+    case = get_case("smoke-1")
+    model = DispatchedTransformer(case.config, table=table).eval()
+    x = torch.randn(2, 16, 32)
+    with torch.inference_mode(), pytest.warns(UserWarning, match="refused"):
+        model(x)
+    route = model.explain(x)
+    assert route.plan is None and any("content hash mismatch" in r for r in route.reasons)
+
+
+def test_table_for_another_gpu_is_refused(pipeline, tmp_path) -> None:
+    values = {}
+    exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
+    prov = dict(values["PROVENANCE"])
+    prov["device"] = dict(prov["device"], type="cuda", name="NVIDIA H200", capability=[9, 0])
+    other = tmp_path / "h200.py"
+    other.write_text(render_table("h200", 1, prov, values["ENTRIES"]))
+    table = load_table(other)
+    assert table.usable  # intact, but made for a GPU
+    from autotune.cases import get_case
+
+    model = DispatchedTransformer(get_case("smoke-1").config, table=table)
+    route = model.explain(torch.randn(2, 16, 32))
+    assert route.plan is None
+    assert any("made on a cuda device" in r for r in route.reasons)
+
+
+def test_explain_names_every_reason_an_entry_was_not_used(pipeline) -> None:
+    from autotune.cases import get_case
+
+    model = DispatchedTransformer(get_case("smoke-1").config, table=pipeline["table"])
+    x = torch.randn(2, 16, 32)
+    with torch.inference_mode():
+        from autotune.reference import official_settings
+
+        with official_settings():
+            assert model.explain(x).plan is not None
+            assert "no entry for case key" in str(model.explain(torch.randn(3, 16, 32)))
+        assert "official settings" in str(model.explain(x))
+    with official_settings():
+        assert "gradients are enabled" in str(model.explain(x))
+
+
+def test_export_is_byte_identical_for_the_same_inputs_and_versions_increase(pipeline) -> None:
+    values: dict = {}
+    exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
+    args = ("cpu", values["TABLE_VERSION"], values["PROVENANCE"], values["ENTRIES"])
+    assert render_table(*args) == render_table(*args) == pipeline["table"].read_text()
+    from autotune.export import next_version
+
+    assert (
+        next_version(pipeline["table"], "cpu", values["PROVENANCE"], values["ENTRIES"])
+        == values["TABLE_VERSION"]
+    )
+    changed = dict(values["PROVENANCE"], commit="another")
+    assert (
+        next_version(pipeline["table"], "cpu", changed, values["ENTRIES"])
+        == values["TABLE_VERSION"] + 1
+    )
+
+
+def test_conformance_with_the_table_passes_golden_vectors(pipeline, golden_paths, capsys) -> None:
+    assert main(["conformance", "--table", str(pipeline["table"]), *golden_paths]) == 0
+    assert f"{len(golden_paths)} passed, 0 failed" in capsys.readouterr().out
+
+
+def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) -> None:
+    import autotune.bench as bench_mod
+    from autotune.measure import TimingSettings
+
+    fast = TimingSettings(warmup=2, rounds=3, reps=5)
+    original = bench_mod.OFFICIAL_TIMING
+    bench_mod.bench_case.__defaults__ = (fast,)
+    try:
+        assert (
+            main(
+                [
+                    "bench",
+                    "--table",
+                    str(pipeline["table"]),
+                    "--gpu",
+                    "cpu",
+                    "--csv",
+                    str(tmp_path / "b.csv"),
+                ]
+            )
+            == 0
+        )
+    finally:
+        bench_mod.bench_case.__defaults__ = (original,)
+    out = capsys.readouterr().out
+    assert "geometric mean" in out and "0 failed" in out
+    assert (tmp_path / "b.csv").read_text().startswith("case,route,verdict")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["study", "--gpu", "tpu"], "unknown GPU profile 'tpu'"),
+        (["study", "--gpu", "cpu", "--sampler", "magic"], "unknown sampler 'magic'"),
+        (["study", "--gpu", "cpu", "--cases", "99"], "unknown case '99'"),
+        (["study", "--gpu", "h200"], "needs a CUDA GPU"),
+        (["evaluate", "--case", "smoke-1", "--plan", '{"tile": 1}'], "unknown knob"),
+        (
+            ["study", "--gpu", "cpu", "--storage", "postgresql://nobody@127.0.0.1:1/x"],
+            "cannot open storage",
+        ),
+        (["bench", "--table", "/nonexistent.py"], "does not exist"),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_exit_2(argv, message, capsys) -> None:
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from autotune.cases import get_case
+from autotune.plan import REFERENCE_PLAN, Plan
+from autotune.space import available_spaces, builtin_spaces, parse_space, select_space
+
+
+def _space(**over):
+    data = {
+        "name": "t",
+        "profiles": ["cpu"],
+        "regimes": ["*"],
+        "params": [
+            {
+                "name": "attention",
+                "variants": [{"attention": "reference"}, {"attention": "sdpa_math"}],
+            },
+            {"name": "qkv", "values": ["separate", "packed"]},
+            {"name": "attn_block_m", "values": [32, 64], "when": {"attention": ["sdpa_math"]}},
+        ],
+        "restrictions": [{"forbid": {"attention": ["reference"], "qkv": ["packed"]}}],
+        "enqueue": [{}],
+    }
+    data.update(over)
+    return parse_space(data, "test")
+
+
+def test_enumerate_applies_conditions_and_restrictions() -> None:
+    plans = list(_space().enumerate())
+    # reference x separate (packed forbidden) + sdpa_math x {separate, packed} x {32, 64}
+    assert len(plans) == 1 + 4
+    assert Plan(attention="reference", qkv="packed") not in plans
+    assert all(p.attn_block_m == 64 for p in plans if p.attention == "reference")
+
+
+def test_sampling_asks_conditional_params_only_when_they_apply() -> None:
+    space = _space()
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    for _ in range(20):
+        trial = study.ask()
+        plan = space.sample(trial)
+        assert ("attn_block_m" in trial.params) == (plan.attention == "sdpa_math")
+        study.tell(trial, 0.0)
+
+
+def test_params_for_round_trips_every_plan_of_the_space() -> None:
+    space = _space()
+    for plan in space.enumerate():
+        fixed = optuna.trial.FixedTrial(space.params_for(plan))
+        assert space.sample(fixed) == plan
+    with pytest.raises(ValueError, match="outside space"):
+        parse_space(
+            {
+                "name": "x",
+                "params": [{"name": "qkv", "values": ["separate"]}],
+                "enqueue": [{"qkv": "packed"}],
+            },
+            "test",
+        )
+
+
+def test_bad_spaces_are_refused_with_the_field_named() -> None:
+    with pytest.raises(ValueError, match="unknown knob 'tiles'"):
+        _space(params=[{"name": "tiles", "values": [1]}])
+    with pytest.raises(ValueError, match="has no value"):
+        _space(params=[{"name": "qkv", "values": ["triple"]}])
+    with pytest.raises(ValueError, match="unknown fields"):
+        _space(colour="red")
+
+
+def test_hash_changes_with_content_and_builtins_select_by_profile_and_regime() -> None:
+    assert _space().content_hash != _space(regimes=["mid"]).content_hash
+    spaces = builtin_spaces()
+    assert select_space("cpu", get_case("smoke-1"), spaces).name == "cpu"
+    assert select_space("h200", get_case("1"), spaces).name == "gpu"
+    assert select_space("h200", get_case("6"), spaces).name == "gpu-capacity"
+    for s in spaces:
+        assert REFERENCE_PLAN in set(s.enqueue) or s.enqueue[0] == REFERENCE_PLAN
+
+
+def test_a_user_space_file_overrides_the_builtin(tmp_path) -> None:
+    f = tmp_path / "mine.json"
+    f.write_text(
+        json.dumps(
+            {
+                "name": "mine",
+                "profiles": ["cpu"],
+                "regimes": ["*"],
+                "params": [{"name": "qkv", "values": ["separate", "packed"]}],
+            }
+        )
+    )
+    spaces = available_spaces([str(f)])
+    assert select_space("cpu", get_case("smoke-2"), spaces).name == "mine"
