@@ -39,8 +39,13 @@ class UnsupportedPlan(ValueError):
         self.reasons = reasons
 
 
-def not_supported_reasons(plan: Plan, config: TransformerConfig, device: DeviceInfo) -> list[str]:
-    """Every reason the plan cannot run on this case and device (empty: supported)."""
+def not_supported_reasons(
+    plan: Plan, config: TransformerConfig, device: DeviceInfo, *, prune: bool = False
+) -> list[str]:
+    """Every reason the plan cannot run on this case and device (empty: supported).
+
+    ``prune`` adds reasons a search should skip a plan that would run but waste its
+    time (Triton tiles larger than the padded sequence)."""
     reasons: list[str] = []
     cuda = device.type == "cuda"
     cap = device.capability or (0, 0)
@@ -87,6 +92,7 @@ def not_supported_reasons(plan: Plan, config: TransformerConfig, device: DeviceI
                 device_type=device.type,
                 capability=device.capability,
                 smem_bytes=device.smem_per_block or None,
+                prune_pointless=prune,
             )
     if plan.cuda_graph and not cuda:
         reasons.append("cuda_graph=true needs CUDA")

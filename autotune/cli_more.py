@@ -23,22 +23,10 @@ def _add_gpu(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _storage(url: str) -> Any:
-    """An Optuna RDB storage; a URL that cannot connect is a clear error."""
-    import optuna
-    import sqlalchemy.exc
+def _storage(url: str, heartbeat: int | None = None) -> Any:
+    from autotune.study import open_storage
 
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        engine_kwargs = {"connect_args": {"timeout": 60}}
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=None)
-    except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError, ModuleNotFoundError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(
-            f"cannot open storage {url!r}: {first}; check the URL, that the "
-            "server runs, and that the file is a writable, intact database"
-        ) from exc
+    return open_storage(url, heartbeat, 3 * heartbeat if heartbeat else None)
 
 
 def _cases_default(args: argparse.Namespace, profile: str) -> str:
@@ -60,8 +48,10 @@ def cmd_study(args: argparse.Namespace) -> int:
     selection = select_profile(args.gpu, emulate=args.emulate)
     cases = select_cases(_cases_default(args, selection.profile.name))
     spaces = available_spaces(args.space)
-    storage = _storage(args.storage)
+    storage = _storage(args.storage, args.heartbeat)
     plan = [(c, select_space(selection.profile.name, c, spaces)) for c in cases]
+    if args.workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {args.workers}")
     print(
         f"profile {selection.profile.name}"
         + (" (emulated)" if selection.emulated else "")
@@ -105,6 +95,8 @@ def cmd_study(args: argparse.Namespace) -> int:
                 sampler=args.sampler,
                 seed=args.seed,
                 progress=progress,
+                isolate=not args.no_isolation,
+                trial_timeout=args.trial_timeout,
             )
         finally:
             bar.close()
@@ -116,6 +108,41 @@ def cmd_study(args: argparse.Namespace) -> int:
             flush=True,
         )
     return 0
+
+
+def _run_many(
+    args: argparse.Namespace, selection: Any, case: Any, space: Any, storage: Any
+) -> None:
+    import torch
+
+    from autotune.study import _study_for, completed_trials
+    from autotune.workers import WorkerJob, run_workers
+
+    study = _study_for(selection, case, space, storage, args.sampler, args.seed)
+    job = WorkerJob(
+        storage_url=args.storage,
+        profile=selection.profile.name,
+        emulated=selection.emulated,
+        case_id=case.id,
+        case_spec=case.as_dict(),
+        space_files=tuple(args.space or ()),
+        sampler=args.sampler,
+        seed=args.seed,
+        n_trials=args.n_trials,
+        trial_timeout=args.trial_timeout,
+        heartbeat_interval=args.heartbeat,
+        grace_period=3 * args.heartbeat,
+        isolate=not args.no_isolation,
+    )
+    gpus = torch.cuda.device_count() if selection.device.type == "cuda" else 0
+    before = completed_trials(study)
+    run_workers(job, args.workers, gpus)
+    after = completed_trials(study)
+    print(
+        f"case {case.id}: {after} trials ({after - before} new) by {args.workers} workers; "
+        f"study {study.study_name!r}",
+        flush=True,
+    )
 
 
 def _studies_by_case(storage: Any, profile: str) -> dict[str, Any]:
@@ -317,6 +344,29 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="a search-space file (.py or .json) that overrides the built-in spaces (repeatable)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes on this host (one GPU each when there are GPUs)",
+    )
+    p.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=600.0,
+        help="seconds a trial may take before its runner is killed (timeout)",
+    )
+    p.add_argument(
+        "--no-isolation",
+        action="store_true",
+        help="evaluate in this process (faster start; a crash ends the study)",
+    )
+    p.add_argument(
+        "--heartbeat",
+        type=int,
+        default=10,
+        help="seconds between worker heartbeats; a trial silent for 3 beats is failed and retried",
+    )
     p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("export", help="select winners and write the dispatch-table module")

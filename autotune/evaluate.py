@@ -24,7 +24,7 @@ from autotune.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
 from autotune.reference import official_settings
 
-FAULT_ENV = "AUTOTUNE_INJECT_FAULT"  # tests only: "wrong", "crash", "hang", "raise"
+FAULT_ENV = "AUTOTUNE_INJECT_FAULT"  # tests only: see fault_for_trial
 
 
 def classify_exception(exc: BaseException) -> OutcomeKind:
@@ -56,10 +56,25 @@ def _cleanup(cuda: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def _inject_fault(model: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
-    fault = os.environ.get(FAULT_ENV, "")
-    if not fault:
-        return model
+def fault_for_trial(number: int | None, spec: str | None = None) -> str:
+    """The fault the test hook asks for on this trial ("" for none).
+
+    ``AUTOTUNE_INJECT_FAULT`` is a comma list of ``kind`` (every trial) or ``kind@N``
+    (trial number N only); kinds: crash, hang, wrong, raise. Tests only.
+    """
+    spec = os.environ.get(FAULT_ENV, "") if spec is None else spec
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        kind, _, at = part.partition("@")
+        if kind not in ("crash", "hang", "wrong", "raise"):
+            raise ValueError(f"{FAULT_ENV}: unknown fault {kind!r}; use crash, hang, wrong, raise")
+        if not at or (number is not None and at.isdigit() and int(at) == number):
+            return kind
+    return ""
+
+
+def _inject_fault(
+    model: Callable[[Tensor, Tensor], Tensor], fault: str
+) -> Callable[[Tensor, Tensor], Tensor]:
     if fault == "crash":
         os.abort()
     if fault == "hang":
@@ -69,7 +84,7 @@ def _inject_fault(model: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor
         raise RuntimeError("injected fault")
     if fault == "wrong":
         return lambda x, m: model(x, m) * 1.01 + 0.01
-    raise ValueError(f"{FAULT_ENV}={fault!r}: use wrong, crash, hang or raise")
+    return model
 
 
 def evaluate_plan(
@@ -79,6 +94,7 @@ def evaluate_plan(
     timing: TimingSettings | None = STUDY_TIMING,
     gate: GateSettings = OFFICIAL_GATE,
     capacity_bytes: int | None = None,
+    fault: str | None = None,
 ) -> Outcome:
     """Check support and predicted memory, build, gate on correctness, then time.
 
@@ -89,7 +105,7 @@ def evaluate_plan(
     cuda = device.type == "cuda"
     phases: dict[str, float] = {}
     predicted = predict_peak_bytes(plan, config)
-    reasons = not_supported_reasons(plan, config, device)
+    reasons = not_supported_reasons(plan, config, device, prune=True)
     if reasons:
         return Outcome(
             OutcomeKind.UNSUPPORTED, "; ".join(reasons), predicted_memory_bytes=predicted
@@ -106,7 +122,7 @@ def evaluate_plan(
         with official_settings():
             t0 = time.perf_counter()
             model = build_candidate(plan, config, device, bench.state_dict)
-            fn = _inject_fault(model)
+            fn = _inject_fault(model, fault_for_trial(None) if fault is None else fault)
             phases["build"] = time.perf_counter() - t0
             # First forward: compile/capture happen here; its peak is the plan's peak.
             x, mask = bench.timing_inputs()

@@ -10,6 +10,8 @@ resumes: ``--n-trials`` is the number of finished trials a study should reach.
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import time
 import warnings
 from collections.abc import Callable
@@ -159,25 +161,99 @@ class StudySummary:
     seconds: float
 
 
-def run_case_study(
+def open_storage(
+    url: str, heartbeat_interval: int | None = 10, grace_period: int | None = 30
+) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage with heartbeats (a dead worker's trial is failed and retried);
+    a URL that cannot be opened is a clear error."""
+    import sqlalchemy.exc
+
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        engine_kwargs = {"connect_args": {"timeout": 30}}
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            heartbeat_stale_trial_callback=retry if heartbeat_interval else None,
+        )
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"cannot open storage {url!r}: {first}; check the URL, that the "
+            "server runs, and that the file is a writable, intact database"
+        ) from exc
+
+
+def completed_trials(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def _previous(study: optuna.Study, plan_hash: str, number: int) -> FrozenTrial | None:
+    """An earlier finished trial of the same plan: its outcome is reused, not re-run."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if (
+            t.number != number
+            and t.user_attrs.get("plan_hash") == plan_hash
+            and "outcome" in t.user_attrs
+        ):
+            return t
+    return None
+
+
+Evaluator = Callable[[Plan, int], Outcome]
+
+
+def make_objective(
+    study: optuna.Study,
+    case: Case,
+    space: SearchSpace,
+    capacity: int,
+    evaluate: Evaluator,
+    kill_at: int | None = None,
+) -> Callable[[optuna.Trial], list[float]]:
+    """The trial: sample a plan; reuse the outcome of an identical earlier plan (so a plan
+    that crashed or hung is never run again); refuse space restrictions unrun; else
+    evaluate; store everything and set the constraints."""
+    count = [0]
+
+    def objective(trial: optuna.Trial) -> list[float]:
+        count[0] += 1
+        if kill_at is not None and count[0] == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)  # test hook: a worker dies mid-trial
+        plan = space.sample(trial)
+        prior = _previous(study, plan.hash, trial.number)
+        if prior is not None:
+            trial.set_user_attr("duplicate_of", prior.number)
+            outcome = Outcome.from_json(prior.user_attrs["outcome"])
+        elif (reason := space.violated(plan)) is not None:
+            outcome = Outcome(
+                OutcomeKind.UNSUPPORTED,
+                reason,
+                predicted_memory_bytes=predict_peak_bytes(plan, case.config),
+            )
+        else:
+            outcome = evaluate(plan, trial.number)
+        trial.set_user_attr("seconds", round(sum(outcome.phase_seconds.values()), 3))
+        return record_outcome(trial, plan, outcome, capacity)
+
+    return objective
+
+
+def _study_for(
     selection: ProfileSelection,
     case: Case,
     space: SearchSpace,
-    *,
-    storage: str | optuna.storages.BaseStorage,
-    n_trials: int,
-    timeout: float | None = None,
-    sampler: str = "tpe",
-    seed: int | None = 0,
-    timing: TimingSettings = STUDY_TIMING,
-    progress: Callable[[StudyProgress], None] | None = None,
-    bench: CaseBench | None = None,
-) -> StudySummary:
-    """Run (or resume) one case's study until it has ``n_trials`` finished trials."""
-    name = study_name(selection.profile.name, case, space)
+    storage: Any,
+    sampler: str,
+    seed: int | None,
+) -> optuna.Study:
     study = optuna.create_study(
         storage=storage,
-        study_name=name,
+        study_name=study_name(selection.profile.name, case, space),
         directions=["minimize", "minimize"],
         sampler=make_sampler(sampler, seed),
         load_if_exists=True,
@@ -194,39 +270,87 @@ def run_case_study(
         }.items():
             study.set_user_attr(key, value)
     enqueue_defaults(study, space, sampler)
-    done_before = _finished(study)
+    return study
+
+
+def _evaluator(
+    selection: ProfileSelection,
+    case: Case,
+    timing: TimingSettings,
+    isolate: bool,
+    trial_timeout: float,
+) -> tuple[Evaluator, Callable[[], None]]:
+    """Evaluate in an isolated runner process, or in this process (``isolate=False``)."""
+    from autotune.evaluate import fault_for_trial
+
+    if isolate:
+        from autotune.workers import TrialRunner
+
+        runner = TrialRunner(
+            {
+                "profile": selection.profile.name,
+                "emulated": selection.emulated,
+                "case": case.as_dict(),
+                "env": {},
+            },
+            trial_timeout=trial_timeout,
+        )
+        timing_data = dataclasses.asdict(timing)
+
+        def run_isolated(plan: Plan, number: int) -> Outcome:
+            return runner.evaluate(plan.to_dict(), timing_data, fault_for_trial(number))
+
+        return run_isolated, runner.close
+    bench = CaseBench(case, selection.effective_device())
+
+    def run_here(plan: Plan, number: int) -> Outcome:
+        return evaluate_plan(
+            bench,
+            plan,
+            timing=timing,
+            capacity_bytes=selection.capacity_bytes,
+            fault=fault_for_trial(number),
+        )
+
+    return run_here, bench.release
+
+
+def run_case_study(
+    selection: ProfileSelection,
+    case: Case,
+    space: SearchSpace,
+    *,
+    storage: str | optuna.storages.BaseStorage,
+    n_trials: int,
+    timeout: float | None = None,
+    sampler: str = "tpe",
+    seed: int | None = 0,
+    timing: TimingSettings = STUDY_TIMING,
+    progress: Callable[[StudyProgress], None] | None = None,
+    isolate: bool = True,
+    trial_timeout: float = 600.0,
+) -> StudySummary:
+    """Run (or resume) one case's study until it has ``n_trials`` completed trials."""
+    study = _study_for(selection, case, space, storage, sampler, seed)
+    done_before = completed_trials(study)
     remaining = n_trials - done_before
     start = time.perf_counter()
     state = StudyProgress(total=n_trials, finished=done_before)
-    for t in study.get_trials(deepcopy=False, states=FINISHED):
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if is_feasible(t):
             state.feasible += 1
             state.best_speedup = max(state.best_speedup, 1.0 / t.values[0])
     if remaining <= 0:
         return _summary(study, case, 0, start)
-    capacity = selection.capacity_bytes
-    bench = bench or CaseBench(case, selection.effective_device())
-
-    def objective(trial: optuna.Trial) -> list[float]:
-        plan = space.sample(trial)
-        reason = space.violated(plan)
-        if reason is not None:
-            outcome = Outcome(
-                OutcomeKind.UNSUPPORTED,
-                reason,
-                predicted_memory_bytes=predict_peak_bytes(plan, case.config),
-            )
-        else:
-            outcome = evaluate_plan(bench, plan, timing=timing, capacity_bytes=capacity)
-        trial.set_user_attr("seconds", round(sum(outcome.phase_seconds.values()), 3))
-        return record_outcome(trial, plan, outcome, capacity)
+    evaluate, close = _evaluator(selection, case, timing, isolate, trial_timeout)
+    objective = make_objective(study, case, space, selection.capacity_bytes, evaluate)
 
     def callback(study: optuna.Study, trial: FrozenTrial) -> None:
         state.update(trial)
         if progress is not None:
             progress(state)
 
-    stop = optuna.study.MaxTrialsCallback(n_trials, states=FINISHED)
+    stop = optuna.study.MaxTrialsCallback(n_trials, states=(TrialState.COMPLETE,))
     try:
         study.optimize(
             objective,
@@ -237,8 +361,42 @@ def run_case_study(
             gc_after_trial=False,
         )
     finally:
-        bench.release()
-    return _summary(study, case, _finished(study) - done_before, start)
+        close()
+    return _summary(study, case, completed_trials(study) - done_before, start)
+
+
+def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> None:
+    """One worker process: take a ticket, run one trial (heartbeats on), repeat."""
+    import queue
+
+    from autotune.cases import get_case
+    from autotune.profiles import select_profile
+    from autotune.space import available_spaces, select_space
+    from autotune.workers import KILL_WORKER_ENV
+
+    selection = select_profile(job.profile, emulate=job.emulated)
+    case = get_case(job.case_id)
+    space = select_space(selection.profile.name, case, available_spaces(list(job.space_files)))
+    storage = open_storage(job.storage_url, job.heartbeat_interval, job.grace_period)
+    study = _study_for(selection, case, space, storage, job.sampler, job.seed + index)
+    kill_at = None
+    spec = os.environ.get(KILL_WORKER_ENV, "")
+    if spec:
+        who, _, at = spec.partition("@")
+        kill_at = int(at) if who.isdigit() and int(who) == index and at.isdigit() else None
+    evaluate, close = _evaluator(selection, case, STUDY_TIMING, job.isolate, job.trial_timeout)
+    objective = make_objective(study, case, space, selection.capacity_bytes, evaluate, kill_at)
+    try:
+        while True:
+            try:
+                tickets.get(timeout=1.0)
+            except queue.Empty:
+                return
+            in_flight[index] = 1
+            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
+            in_flight[index] = 0
+    finally:
+        close()
 
 
 def _summary(study: optuna.Study, case: Case, new: int, start: float) -> StudySummary:

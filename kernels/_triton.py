@@ -77,11 +77,19 @@ def device_limits(device: torch.device | str) -> tuple[tuple[int, int] | None, i
     return (props.major, props.minor), (int(smem) if smem else None)
 
 
-def device_reasons(device_type: str) -> list[str]:
-    """Reasons a Triton kernel cannot run on ``device_type`` (empty when it can)."""
-    if device_type == "cuda" or interpreter_enabled():
+def device_reasons(device_type: str, kernel: object | None = None) -> list[str]:
+    """Reasons a Triton kernel cannot run on ``device_type`` (empty when it can).
+
+    Off CUDA, only an interpreted kernel can run. Pass the ``@triton.jit`` kernel to ask
+    whether it was decorated in interpreter mode (what matters at launch); without it,
+    the current ``TRITON_INTERPRET`` setting is used.
+    """
+    if device_type == "cuda":
+        return []
+    interpreted = interpreter_enabled() if kernel is None else is_interpreted(kernel)
+    if interpreted:
         return []
     return [
         f"device type {device_type!r} has no Triton backend here; use a CUDA device "
-        "or set TRITON_INTERPRET=1 (before importing kernels) to run the interpreter"
+        "or set TRITON_INTERPRET=1 before importing kernels to run the interpreter"
     ]

@@ -93,12 +93,29 @@ def attention_reference(
 # --------------------------------------------------------------------------------------
 @triton.jit
 def _attend_key_block(
-    acc, l_i, m_i, q,
-    k_base, v_base, stride_ks, stride_vs,
-    start_n, offs_m, offs_n0, offs_d, kv_len, head_dim, qk_scale,
-    MASKED: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
-    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    acc,
+    l_i,
+    m_i,
+    q,
+    k_base,
+    v_base,
+    stride_ks,
+    stride_vs,
+    start_n,
+    offs_m,
+    offs_n0,
+    offs_d,
+    kv_len,
+    head_dim,
+    qk_scale,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     """One online-softmax step over keys ``[start_n, start_n + BLOCK_N)``.
 
@@ -147,15 +164,35 @@ def _attend_key_block(
 
 @triton.jit
 def _attention_fwd_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr, key_lengths_ptr,
-    stride_qb, stride_qs, stride_qh,
-    stride_kb, stride_ks, stride_kh,
-    stride_vb, stride_vs, stride_vh,
-    stride_ob, stride_os, stride_oh,
-    num_heads, seq_len, head_dim, qk_scale,
-    CAUSAL: tl.constexpr, HAS_KEY_LENGTHS: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    EVEN_D: tl.constexpr, PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    key_lengths_ptr,
+    stride_qb,
+    stride_qs,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_ob,
+    stride_os,
+    stride_oh,
+    num_heads,
+    seq_len,
+    head_dim,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    HAS_KEY_LENGTHS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
 ):
     # 1-D grid: (batch * head)-major so the query blocks of one head run together and
     # share its K/V in L2; within a head the most expensive (last, causal) blocks go first.
@@ -202,15 +239,55 @@ def _attention_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for start_n in range(0, full_hi, BLOCK_N):
         acc, l_i, m_i = _attend_key_block(
-            acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-            start_n, offs_m, offs_n0, offs_d, kv_len, head_dim, qk_scale,
-            False, CAUSAL, EVEN_D, PRECISION, EMULATE_BF16_DOT, BLOCK_M, BLOCK_N, BLOCK_D,
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            stride_ks,
+            stride_vs,
+            start_n,
+            offs_m,
+            offs_n0,
+            offs_d,
+            kv_len,
+            head_dim,
+            qk_scale,
+            False,
+            CAUSAL,
+            EVEN_D,
+            PRECISION,
+            EMULATE_BF16_DOT,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_D,
         )
     for start_n in range(full_hi, hi, BLOCK_N):
         acc, l_i, m_i = _attend_key_block(
-            acc, l_i, m_i, q, k_base, v_base, stride_ks, stride_vs,
-            start_n, offs_m, offs_n0, offs_d, kv_len, head_dim, qk_scale,
-            True, CAUSAL, EVEN_D, PRECISION, EMULATE_BF16_DOT, BLOCK_M, BLOCK_N, BLOCK_D,
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_base,
+            v_base,
+            stride_ks,
+            stride_vs,
+            start_n,
+            offs_m,
+            offs_n0,
+            offs_d,
+            kv_len,
+            head_dim,
+            qk_scale,
+            True,
+            CAUSAL,
+            EVEN_D,
+            PRECISION,
+            EMULATE_BF16_DOT,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_D,
         )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no valid key at all: output 0, not NaN
     out = acc / l_safe[:, None]
@@ -232,27 +309,45 @@ def padded_head_dim(head_dim: int) -> int:
 def estimate_shared_memory_bytes(
     *, head_dim: int, block_m: int, block_n: int, num_stages: int, precision: str
 ) -> int:
-    """Rough shared memory of one program, in bytes (an estimate, not the compiler's count).
+    """Shared memory of one program in bytes: a model of what Triton allocates.
 
-    - K and V tiles are staged as loaded (fp32) in ``num_stages`` pipeline buffers each:
-      ``num_stages * 2 * block_n * BLOCK_D * 4``;
-    - the Q tile in operand precision: ``block_m * BLOCK_D * operand_bytes``;
-    - fp16/bf16 only: the converted K and V operand tiles, ``2 * block_n * BLOCK_D * 2``.
+    Calibrated against ``metadata.shared`` of this kernel compiled by Triton 3.9 for sm_90
+    over 40 tiles (head_dim 8..256, block 32..128, num_stages 1..4, every precision).
+    K and V tiles are staged in shared memory as loaded, i.e. in fp32, whatever the
+    operand precision:
 
-    The compiler may need somewhat less (fewer pipeline buffers) or more (layout
-    conversion scratch); an estimate under the limit can still fail to compile with
-    OutOfResources, which callers should record as "unsupported".
+    - fp32 operands (tf32 / ieee / tf32x3), num_stages >= 2:
+      ``(block_m + 2 * num_stages * block_n) * BLOCK_D * 4`` (Q + K/V ring), exact;
+      tf32x3 adds ``block_m * BLOCK_D * 4``; ieee needed up to 20% less.
+    - fp16 / bf16, num_stages >= 2: ``(num_stages - 1) * 2 * block_n * BLOCK_D * 4``
+      (fp32 K/V ring) ``+ block_m * BLOCK_D * 2`` (Q) ``+ block_n * BLOCK_D * 2``
+      (converted operand), exact.
+    - num_stages == 1 (no pipelining): ``(block_m + block_n) * BLOCK_D * 4`` for fp32
+      operands and ``max(block_m, block_n) * BLOCK_D * 4`` for fp16 / bf16, exact.
+
+    Triton 3.6 (the GPU machine) may allocate differently; a tile under the limit can
+    still fail with OutOfResources at its first launch: record that as "unsupported".
     """
     block_d = padded_head_dim(head_dim)
-    staged_kv = num_stages * 2 * block_n * block_d * 4
     half = precision in HALF_PRECISIONS
-    q_tile = block_m * block_d * (2 if half else 4)
-    converted_kv = 2 * block_n * block_d * 2 if half else 0
-    return staged_kv + q_tile + converted_kv
+    if num_stages <= 1:
+        return (max(block_m, block_n) if half else block_m + block_n) * block_d * 4
+    if half:
+        staged_kv = (num_stages - 1) * 2 * block_n * block_d * 4
+        return staged_kv + block_m * block_d * 2 + block_n * block_d * 2
+    need = (block_m + 2 * num_stages * block_n) * block_d * 4
+    if precision == "tf32x3":
+        need += block_m * block_d * 4
+    return need
 
 
 def _config_errors(
-    *, head_dim: int, block_m: int, block_n: int, num_warps: int, num_stages: int,
+    *,
+    head_dim: int,
+    block_m: int,
+    block_n: int,
+    num_warps: int,
+    num_stages: int,
     precision: str,
 ) -> list[str]:
     """Reasons a configuration cannot run at all (the launcher raises on these)."""
@@ -285,24 +380,35 @@ def not_supported_reasons(
     device_type: str,
     capability: tuple[int, int] | None,
     smem_bytes: int | None,
+    prune_pointless: bool = True,
 ) -> list[str]:
-    """Why this attention configuration should not run here; empty list = supported."""
+    """Why this attention configuration should not run here; empty list = supported.
+
+    ``prune_pointless`` also refuses tiles larger than the padded sequence (they run, but
+    waste the search's time); a builder that must serve any shape turns it off."""
     reasons = _config_errors(
-        head_dim=head_dim, block_m=block_m, block_n=block_n, num_warps=num_warps,
-        num_stages=num_stages, precision=precision,
+        head_dim=head_dim,
+        block_m=block_m,
+        block_n=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        precision=precision,
     )
     if seq_len < 1:
         reasons.append(f"seq_len={seq_len} must be >= 1")
     padded_seq = max(MIN_BLOCK, next_power_of_2(seq_len))
     for name, value in (("block_m", block_m), ("block_n", block_n)):
-        if is_power_of_2(value) and value > padded_seq:
+        if prune_pointless and is_power_of_2(value) and value > padded_seq:
             reasons.append(f"{name.upper()}={value} > padded seq len {padded_seq}")
-    reasons.extend(device_reasons(device_type))
+    reasons.extend(device_reasons(device_type, _attention_fwd_kernel))
     if device_type == "cuda":
         reasons.extend(precision_reasons(precision, capability))
     if smem_bytes is not None and not reasons:
         need = estimate_shared_memory_bytes(
-            head_dim=head_dim, block_m=block_m, block_n=block_n, num_stages=num_stages,
+            head_dim=head_dim,
+            block_m=block_m,
+            block_n=block_n,
+            num_stages=num_stages,
             precision=precision,
         )
         if need > smem_bytes:
@@ -323,14 +429,20 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
                 "(view a [B, S, D] tensor as [B, S, H, D // H])"
             )
         if t.dtype != torch.float32:
-            raise ValueError(f"{name} has dtype {t.dtype}; pass float32 (precision= picks "
-                             "the operand type inside the kernel)")
+            raise ValueError(
+                f"{name} has dtype {t.dtype}; pass float32 (precision= picks "
+                "the operand type inside the kernel)"
+            )
         if t.stride(-1) != 1:
-            raise ValueError(f"{name} has last-dim stride {t.stride(-1)}; it must be 1 "
-                             "(call .contiguous() on the projection output)")
+            raise ValueError(
+                f"{name} has last-dim stride {t.stride(-1)}; it must be 1 "
+                "(call .contiguous() on the projection output)"
+            )
         if t.shape != q.shape:
-            raise ValueError(f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}; "
-                             "q, k and v must have the same [B, S, H, head_dim]")
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}; "
+                "q, k and v must have the same [B, S, H, head_dim]"
+            )
 
 
 def _check_out(out: torch.Tensor, shape: torch.Size) -> None:
@@ -347,8 +459,10 @@ def _check_key_lengths(key_lengths: torch.Tensor, batch: int) -> None:
     if key_lengths.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"key_lengths has dtype {key_lengths.dtype}; pass int32 or int64")
     if key_lengths.shape != (batch,):
-        raise ValueError(f"key_lengths has shape {tuple(key_lengths.shape)}; expected "
-                         f"({batch},), one valid-key count per batch row")
+        raise ValueError(
+            f"key_lengths has shape {tuple(key_lengths.shape)}; expected "
+            f"({batch},), one valid-key count per batch row"
+        )
     if key_lengths.stride(0) != 1 and batch > 1:
         raise ValueError("key_lengths must be contiguous; call .contiguous()")
 
@@ -358,8 +472,10 @@ def _check_int32_offsets(tensors: dict[str, torch.Tensor], seq_len: int, head_di
     for name, t in tensors.items():
         span = (seq_len - 1) * t.stride(1) + head_dim
         if span > INT32_MAX:
-            raise ValueError(f"{name}: seq_len * stride(1) = {span} overflows int32 offsets; "
-                             "split the sequence or use a tighter layout")
+            raise ValueError(
+                f"{name}: seq_len * stride(1) = {span} overflows int32 offsets; "
+                "split the sequence or use a tighter layout"
+            )
 
 
 def attention(
@@ -379,7 +495,7 @@ def attention(
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``).
 
-    Keys whose row has no valid key at all (``key_lengths[b] <= 0``) give 0 here where
+    Query rows with no valid key at all (``key_lengths[b] <= 0``) give 0 here where
     the reference gives NaN. The launcher does not synchronise the device (safe to use
     inside CUDA graph capture); it does not check that ``out`` does not alias k or v.
     """
@@ -387,8 +503,12 @@ def attention(
     batch, seq_len, num_heads, head_dim = q.shape
     check_precision(precision)
     errors = _config_errors(
-        head_dim=head_dim, block_m=block_m, block_n=block_n, num_warps=num_warps,
-        num_stages=num_stages, precision=precision,
+        head_dim=head_dim,
+        block_m=block_m,
+        block_n=block_n,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        precision=precision,
     )
     if errors:
         raise ValueError("; ".join(errors))
@@ -409,15 +529,36 @@ def attention(
     block_d = padded_head_dim(head_dim)
     grid = (batch * num_heads * triton.cdiv(seq_len, block_m),)
     _attention_fwd_kernel[grid](
-        q, k, v, out, key_lengths if key_lengths is not None else q,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        num_heads, seq_len, head_dim, scale * LOG2_E,
-        CAUSAL=bool(causal), HAS_KEY_LENGTHS=key_lengths is not None,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d, EVEN_D=block_d == head_dim,
-        PRECISION=precision, EMULATE_BF16_DOT=is_interpreted(_attention_fwd_kernel),
-        num_warps=num_warps, num_stages=num_stages,
+        q,
+        k,
+        v,
+        out,
+        key_lengths if key_lengths is not None else q,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k.stride(0),
+        k.stride(1),
+        k.stride(2),
+        v.stride(0),
+        v.stride(1),
+        v.stride(2),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        num_heads,
+        seq_len,
+        head_dim,
+        scale * LOG2_E,
+        CAUSAL=bool(causal),
+        HAS_KEY_LENGTHS=key_lengths is not None,
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_D=block_d,
+        EVEN_D=block_d == head_dim,
+        PRECISION=precision,
+        EMULATE_BF16_DOT=is_interpreted(_attention_fwd_kernel),
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return out

@@ -63,11 +63,27 @@ def add_layernorm_reference(
 # --------------------------------------------------------------------------------------
 @triton.jit
 def _add_layernorm_kernel(
-    x_ptr, delta_ptr, mask_ptr, w_ptr, b_ptr, s_ptr, y_ptr,
-    num_rows, d_model, stride_x, stride_delta, stride_s, stride_y, eps,
-    HAS_DELTA: tl.constexpr, HAS_MASK: tl.constexpr, ZERO_SUM_ROWS: tl.constexpr,
-    ZERO_OUT_ROWS: tl.constexpr, STORE_SUM: tl.constexpr,
-    BLOCK_ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+    x_ptr,
+    delta_ptr,
+    mask_ptr,
+    w_ptr,
+    b_ptr,
+    s_ptr,
+    y_ptr,
+    num_rows,
+    d_model,
+    stride_x,
+    stride_delta,
+    stride_s,
+    stride_y,
+    eps,
+    HAS_DELTA: tl.constexpr,
+    HAS_MASK: tl.constexpr,
+    ZERO_SUM_ROWS: tl.constexpr,
+    ZERO_OUT_ROWS: tl.constexpr,
+    STORE_SUM: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = rows < num_rows
@@ -78,9 +94,7 @@ def _add_layernorm_kernel(
 
     s = tl.load(x_ptr + rows64[:, None] * stride_x + cols[None, :], mask=ok, other=0.0)
     if HAS_DELTA:
-        s += tl.load(
-            delta_ptr + rows64[:, None] * stride_delta + cols[None, :], mask=ok, other=0.0
-        )
+        s += tl.load(delta_ptr + rows64[:, None] * stride_delta + cols[None, :], mask=ok, other=0.0)
     if HAS_MASK:
         keep = tl.load(mask_ptr + rows, mask=row_ok, other=0) != 0
         if ZERO_SUM_ROWS:
@@ -95,9 +109,8 @@ def _add_layernorm_kernel(
     w = tl.load(w_ptr + cols, mask=col_ok, other=0.0)
     b = tl.load(b_ptr + cols, mask=col_ok, other=0.0)
     y = diff * rstd[:, None] * w[None, :] + b[None, :]
-    if HAS_MASK:
-        if ZERO_OUT_ROWS:
-            y = tl.where(keep[:, None], y, 0.0)
+    if HAS_MASK and ZERO_OUT_ROWS:
+        y = tl.where(keep[:, None], y, 0.0)
     tl.store(y_ptr + rows64[:, None] * stride_y + cols[None, :], y, mask=ok)
 
 
@@ -140,14 +153,9 @@ def not_supported_reasons(
                 f"{next_power_of_2(d_model)} over {num_warps} warps) > "
                 f"{MAX_VALUES_PER_THREAD}: registers would spill; lower block_rows or add warps"
             )
-        if tile < 32 * num_warps:
-            reasons.append(
-                f"num_warps={num_warps} gives {32 * num_warps} threads for a tile of {tile} "
-                "elements; use fewer warps or more rows"
-            )
     if num_rows is not None and block_rows > next_power_of_2(max(num_rows, 1)):
         reasons.append(f"block_rows={block_rows} > padded row count {next_power_of_2(num_rows)}")
-    reasons.extend(device_reasons(device_type))
+    reasons.extend(device_reasons(device_type, _add_layernorm_kernel))
     return reasons
 
 
@@ -163,8 +171,9 @@ def _as_rows(name: str, t: torch.Tensor) -> torch.Tensor:
     if t.dim() not in (2, 3):
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected [N, D] or [B, S, D]")
     if t.stride(-1) != 1:
-        raise ValueError(f"{name} has last-dim stride {t.stride(-1)}; it must be 1 "
-                         "(call .contiguous())")
+        raise ValueError(
+            f"{name} has last-dim stride {t.stride(-1)}; it must be 1 (call .contiguous())"
+        )
     try:
         return t.view(-1, t.shape[-1])
     except RuntimeError as exc:
@@ -184,11 +193,14 @@ def _check_vector(name: str, t: torch.Tensor, d_model: int) -> None:
 
 def _row_mask_bytes(row_mask: torch.Tensor, num_rows: int) -> torch.Tensor:
     if row_mask.dtype != torch.bool:
-        raise ValueError(f"row_mask has dtype {row_mask.dtype}; pass a bool tensor "
-                         "(True = real token)")
+        raise ValueError(
+            f"row_mask has dtype {row_mask.dtype}; pass a bool tensor (True = real token)"
+        )
     if row_mask.numel() != num_rows:
-        raise ValueError(f"row_mask has shape {tuple(row_mask.shape)} ({row_mask.numel()} "
-                         f"rows); expected {num_rows} rows, one per token of x")
+        raise ValueError(
+            f"row_mask has shape {tuple(row_mask.shape)} ({row_mask.numel()} "
+            f"rows); expected {num_rows} rows, one per token of x"
+        )
     return row_mask.reshape(num_rows).contiguous().view(torch.uint8)
 
 
@@ -217,15 +229,18 @@ def add_layernorm(
     if delta is not None:
         delta_rows = _as_rows("delta", delta)
         if delta.shape != x.shape:
-            raise ValueError(f"delta has shape {tuple(delta.shape)} but x has "
-                             f"{tuple(x.shape)}; they must match")
+            raise ValueError(
+                f"delta has shape {tuple(delta.shape)} but x has {tuple(x.shape)}; they must match"
+            )
     _check_vector("weight", weight, d_model)
     _check_vector("bias", bias, d_model)
     if (zero_sum_rows or zero_out_rows) and row_mask is None:
         raise ValueError("zero_sum_rows / zero_out_rows need row_mask (True = real token)")
     if row_mask is not None and not (zero_sum_rows or zero_out_rows):
-        raise ValueError("row_mask is given but zero_sum_rows and zero_out_rows are both "
-                         "False, so it would be ignored; set one of them or drop row_mask")
+        raise ValueError(
+            "row_mask is given but zero_sum_rows and zero_out_rows are both "
+            "False, so it would be ignored; set one of them or drop row_mask"
+        )
     errors = _config_errors(d_model=d_model, block_rows=block_rows, num_warps=num_warps)
     if errors:
         raise ValueError("; ".join(errors))
@@ -248,14 +263,27 @@ def add_layernorm(
     mask_bytes = _row_mask_bytes(row_mask, num_rows) if row_mask is not None else rows
     grid = (triton.cdiv(num_rows, block_rows),)
     _add_layernorm_kernel[grid](
-        rows, delta_rows if delta_rows is not None else rows, mask_bytes, weight, bias,
-        s_rows, y,
-        num_rows, d_model, rows.stride(0),
-        delta_rows.stride(0) if delta_rows is not None else 0, s_rows.stride(0), d_model,
+        rows,
+        delta_rows if delta_rows is not None else rows,
+        mask_bytes,
+        weight,
+        bias,
+        s_rows,
+        y,
+        num_rows,
+        d_model,
+        rows.stride(0),
+        delta_rows.stride(0) if delta_rows is not None else 0,
+        s_rows.stride(0),
+        d_model,
         float(eps),
-        HAS_DELTA=delta is not None, HAS_MASK=row_mask is not None,
-        ZERO_SUM_ROWS=bool(zero_sum_rows), ZERO_OUT_ROWS=bool(zero_out_rows),
-        STORE_SUM=store_sum, BLOCK_ROWS=block_rows, BLOCK_D=next_power_of_2(d_model),
+        HAS_DELTA=delta is not None,
+        HAS_MASK=row_mask is not None,
+        ZERO_SUM_ROWS=bool(zero_sum_rows),
+        ZERO_OUT_ROWS=bool(zero_out_rows),
+        STORE_SUM=store_sum,
+        BLOCK_ROWS=block_rows,
+        BLOCK_D=next_power_of_2(d_model),
         num_warps=num_warps,
     )
     return s, y

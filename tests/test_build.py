@@ -36,6 +36,45 @@ CPU_PLANS = [
 ]
 
 
+# The project's Triton kernels, under the interpreter (small vectors only: it is slow).
+TRITON_PLANS = [
+    Plan(attention="triton", qkv="packed", mask="elide", attn_block_m=16, attn_block_n=16),
+    Plan(
+        attention="triton",
+        attn_precision="fp16",
+        layernorm="triton",
+        ffn_act="triton_epilogue",
+        attn_block_m=32,
+        attn_block_n=16,
+    ),
+    Plan(
+        attention="triton",
+        attn_precision="ieee",
+        layernorm="triton",
+        ffn_act="triton_gemm",
+        heads="strided",
+        attn_block_m=16,
+        attn_block_n=32,
+    ),
+]
+SMALL_GOLDEN = [p for p in GOLDEN if "case02" not in p]
+
+
+@pytest.mark.parametrize(
+    ("plan", "path"),
+    list(itertools.product(TRITON_PLANS, SMALL_GOLDEN)),
+    ids=lambda v: v.hash if isinstance(v, Plan) else v.rsplit("/", 1)[-1],
+)
+def test_triton_plan_passes_the_rule_on_golden_vectors(plan: Plan, path: str, cpu_device) -> None:
+    vector = load_vector(path)
+
+    def subject(config, state_dict):
+        return build_candidate(plan, config, cpu_device, state_dict)
+
+    result = check_vector(vector, subject, exact_tolerance=None)
+    assert result.passed, result.line()
+
+
 @pytest.mark.parametrize(
     ("plan", "path"),
     list(itertools.product(CPU_PLANS, GOLDEN)),

@@ -1,14 +1,19 @@
 """Kernel tests run under the Triton interpreter on the CPU by default.
 
 ``TRITON_INTERPRET=1`` must be set before the kernel modules are imported (Triton picks
-interpreter or compiler when ``@triton.jit`` runs), so it is set here, before any test
-module imports ``kernels.*``. To run the same tests on a GPU with compiled kernels:
+interpreter or compiler when ``@triton.jit`` runs), so it is set here and the kernel
+modules are imported right away, whatever order the test modules are collected in. In a
+run over all of ``tests/`` the variable stays set for the whole session.
+
+To run the same tests on a GPU with compiled kernels:
 ``KERNELS_TEST_DEVICE=cuda python -m pytest tests/kernels`` (leaves TRITON_INTERPRET alone).
 Test modules skip themselves when triton is not installed.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 
 import pytest
@@ -16,6 +21,10 @@ import pytest
 TEST_DEVICE = os.environ.get("KERNELS_TEST_DEVICE", "cpu")
 if TEST_DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
+
+if importlib.util.find_spec("triton") is not None:
+    for module in ("kernels.attention", "kernels.layernorm", "kernels.ffn"):
+        importlib.import_module(module)
 
 
 @pytest.fixture(scope="session")

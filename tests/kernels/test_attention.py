@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
 from kernels._tolerance import TOLERANCE_BY_PRECISION, compare
-from kernels._triton import check_launch_device
+from kernels._triton import check_launch_device, device_reasons
 from kernels.attention import (
     attention,
     attention_reference,
@@ -253,6 +258,32 @@ def test_cpu_launch_of_a_compiled_kernel_asks_for_cuda_or_interpreter() -> None:
         check_launch_device(compiled_kernel, {"q": torch.zeros(1)})
 
 
+def test_cpu_launch_without_interpreter_raises_a_clear_error() -> None:
+    code = (
+        "import torch\n"
+        "from kernels.attention import attention\n"
+        "q = torch.randn(1, 16, 1, 16)\n"
+        "try:\n"
+        "    attention(q, q, q, causal=True)\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    repo_root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=repo_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "Triton kernels need a CUDA device, or TRITON_INTERPRET=1 on the CPU" in done.stdout, (
+        done.stdout + done.stderr
+    )
+
+
 # --------------------------------------------------------------------------------------
 # Planning
 # --------------------------------------------------------------------------------------
@@ -298,6 +329,38 @@ def test_rejects_tiles_that_exceed_shared_memory() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("head_dim", "block_m", "block_n", "num_stages", "precision", "compiled_shared"),
+    [
+        (32, 64, 64, 2, "tf32", 40960),
+        (64, 128, 64, 3, "tf32", 131072),
+        (256, 64, 32, 1, "tf32", 98304),
+        (64, 128, 64, 3, "fp16", 90112),
+        (256, 64, 32, 2, "fp16", 114688),
+        (256, 128, 32, 1, "fp16", 131072),
+        (8, 128, 128, 3, "bf16", 40960),
+        (64, 128, 64, 2, "tf32x3", 131072),
+    ],
+)
+def test_shared_memory_estimate_matches_triton_sm90_compiles(
+    head_dim: int,
+    block_m: int,
+    block_n: int,
+    num_stages: int,
+    precision: str,
+    compiled_shared: int,
+) -> None:
+    # compiled_shared: metadata.shared of this kernel compiled by Triton 3.9 for sm_90.
+    estimate = estimate_shared_memory_bytes(
+        head_dim=head_dim,
+        block_m=block_m,
+        block_n=block_n,
+        num_stages=num_stages,
+        precision=precision,
+    )
+    assert estimate == compiled_shared
+
+
 def test_rejects_bf16_and_tf32_before_ampere() -> None:
     assert any(
         "needs CUDA capability >= 8.0" in r for r in reasons(precision="bf16", capability=(7, 5))
@@ -308,8 +371,14 @@ def test_rejects_bf16_and_tf32_before_ampere() -> None:
     assert reasons(precision="fp16", capability=(7, 5)) == []
 
 
-def test_cpu_is_supported_only_with_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
+def test_cpu_is_supported_only_for_interpreted_kernels(device: str) -> None:
+    if device != "cpu":
+        pytest.skip("the kernels are compiled for the GPU in this session")
     assert reasons(device_type="cpu", capability=None, smem_bytes=None) == []
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    assert any("TRITON_INTERPRET=1" in r for r in reasons(device_type="cpu"))
+
+    def compiled_kernel() -> None:  # stands in for a JITFunction (not interpreted)
+        pass
+
+    found = device_reasons("cpu", compiled_kernel)
+    assert any("set TRITON_INTERPRET=1 before importing kernels" in r for r in found)
+    assert device_reasons("cuda", compiled_kernel) == []

@@ -219,6 +219,31 @@ def test_linear_gelu_planning_reasons() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("tile", "num_stages", "precision", "compiled_shared"),
+    [
+        ((64, 64, 32), 3, "tf32", 49152),
+        ((128, 128, 64), 4, "tf32", 262144),
+        ((64, 64, 32), 3, "fp16", 36864),
+        ((128, 64, 64), 2, "bf16", 57344),
+        ((64, 64, 32), 1, "fp16", 16384),
+    ],
+)
+def test_gemm_shared_memory_estimate_matches_triton_sm90_compiles(
+    tile: tuple[int, int, int], num_stages: int, precision: str, compiled_shared: int
+) -> None:
+    # compiled_shared: metadata.shared of this kernel compiled by Triton 3.9 for sm_90.
+    block_m, block_n, block_k = tile
+    estimate = estimate_linear_shared_memory_bytes(
+        block_m=block_m,
+        block_n=block_n,
+        block_k=block_k,
+        num_stages=num_stages,
+        precision=precision,
+    )
+    assert estimate == compiled_shared
+
+
 def test_project_rule_is_an_or_of_absolute_and_relative_error() -> None:
     ref = torch.tensor([100.0, 0.001])
     assert compare(torch.tensor([101.9, 0.0029]), ref, PROJECT_RULE).passed

@@ -13,7 +13,9 @@ from kernels import bench
 
 @pytest.mark.parametrize("dense_reference", [True, False], ids=["dense", "row-subset"])
 def test_bench_shape_verifies_every_method_and_marks_the_best_tile(
-    device: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    device: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
     dense_reference: bool,
 ) -> None:
     if device != "cpu":
@@ -21,8 +23,15 @@ def test_bench_shape_verifies_every_method_and_marks_the_best_tile(
     monkeypatch.setattr(bench, "DENSE_REFERENCE_MAX_SCORES", 2**30 if dense_reference else 1)
     timings = iter(range(1, 1000))
     monkeypatch.setattr(bench, "time_ms", lambda fn, cuda_graph: float(next(timings)))
-    monkeypatch.setattr(bench, "candidate_tiles", lambda head_dim: [
-        bench.Tile(16, 16, 4, 2), bench.Tile(32, 16, 4, 1), bench.Tile(128, 16, 4, 1)])
+    monkeypatch.setattr(
+        bench,
+        "candidate_tiles",
+        lambda head_dim: [
+            bench.Tile(16, 16, 4, 2),
+            bench.Tile(32, 16, 4, 1),
+            bench.Tile(128, 16, 4, 1),
+        ],
+    )
     shape = bench.Shape(case=99, batch=1, seq_len=40, heads=2, head_dim=16)
     args = argparse.Namespace(cuda_graph=False, precision_list=["tf32", "fp16"])
 

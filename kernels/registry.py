@@ -1,0 +1,300 @@
+"""Named correctness checks over every kernel, for ``autotune kernels check``.
+
+Each check builds small inputs from a seeded CPU generator, runs the kernel on the
+requested device, and compares it element by element with the fp32 PyTorch reference
+computed on the CPU (so no TF32 creeps into the reference), using the project rule
+``err <= atol or err <= rtol * |ref|`` with atol 2e-3, rtol 2e-2 for ieee / tf32 / tf32x3
+/ fp16 and the looser documented bf16 tolerance (``kernels._tolerance.BF16_RULE``).
+
+Shapes are small and odd (S=37, head_dim 8/24/32/64, d_model 40) so the whole list runs
+in well under a minute under ``TRITON_INTERPRET=1`` on a CPU.
+
+Usage::
+
+    for check in iter_checks():
+        result = check.run("cuda")   # or "cpu" with TRITON_INTERPRET=1
+        print(check.name, result.passed, result.max_abs_err, result.detail)
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from kernels._tolerance import TOLERANCE_BY_PRECISION, compare
+from kernels._triton import triton_available
+
+__all__ = ["CheckResult", "KernelCheck", "iter_checks"]
+
+SEED = 1234
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    max_abs_err: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class KernelCheck:
+    """One named kernel check; ``run`` never raises, failures come back as results."""
+
+    name: str
+    description: str
+    check: Callable[[str], CheckResult] = field(repr=False, compare=False)
+
+    def run(self, device: str) -> CheckResult:
+        ok, why = triton_available()
+        if not ok:
+            return CheckResult(False, float("inf"), why)
+        try:
+            return self.check(device)
+        except Exception as exc:  # a failing kernel is a result, not a crash
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            return CheckResult(
+                False,
+                float("inf"),
+                f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno})",
+            )
+
+
+def _generator() -> torch.Generator:
+    return torch.Generator(device="cpu").manual_seed(SEED)
+
+
+def _result(candidate: torch.Tensor, reference: torch.Tensor, precision: str) -> CheckResult:
+    comparison = compare(candidate, reference, TOLERANCE_BY_PRECISION[precision])
+    return CheckResult(comparison.passed, comparison.max_abs_err, comparison.detail)
+
+
+def _combine(results: list[CheckResult]) -> CheckResult:
+    return CheckResult(
+        all(r.passed for r in results),
+        max(r.max_abs_err for r in results),
+        "; ".join(r.detail for r in results),
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionCase:
+    batch: int
+    seq_len: int
+    num_heads: int
+    head_dim: int
+    causal: bool
+    precision: str
+    padded: bool = False
+    block_m: int = 16
+    block_n: int = 16
+
+    @property
+    def name(self) -> str:
+        mask = "causal" if self.causal else "full"
+        pad = "-padded" if self.padded else ""
+        return (
+            f"attention/{mask}{pad}/B{self.batch}-S{self.seq_len}-H{self.num_heads}-"
+            f"hd{self.head_dim}/bm{self.block_m}-bn{self.block_n}/{self.precision}"
+        )
+
+
+def _run_attention(case: AttentionCase, device: str) -> CheckResult:
+    from kernels.attention import attention, attention_reference
+
+    b, s, h, hd = case.batch, case.seq_len, case.num_heads, case.head_dim
+    gen = _generator()
+    # q, k, v are strided views into one packed [B, S, 3D] projection output.
+    qkv = torch.randn(b, s, 3 * h * hd, generator=gen)
+    key_lengths = None
+    if case.padded:
+        key_lengths = torch.randint(1, s + 1, (b,), generator=gen, dtype=torch.int32)
+        key_lengths[0] = max(1, s // 3)
+    q, k, v = qkv.view(b, s, 3, h, hd).unbind(2)
+    reference = attention_reference(q, k, v, causal=case.causal, key_lengths=key_lengths)
+
+    q_dev, k_dev, v_dev = qkv.to(device).view(b, s, 3, h, hd).unbind(2)
+    out = torch.full((b, s, h * hd), float("nan"), device=device)
+    attention(
+        q_dev,
+        k_dev,
+        v_dev,
+        causal=case.causal,
+        key_lengths=None if key_lengths is None else key_lengths.to(device),
+        out=out.view(b, s, h, hd),
+        block_m=case.block_m,
+        block_n=case.block_n,
+        precision=case.precision,
+    )
+    return _result(out.view(b, s, h, hd), reference, case.precision)
+
+
+ATTENTION_CASES = (
+    AttentionCase(2, 37, 2, 8, causal=True, precision="ieee"),
+    AttentionCase(2, 37, 2, 24, causal=False, precision="tf32", padded=True),
+    AttentionCase(2, 37, 2, 32, causal=True, precision="fp16", padded=True, block_m=32),
+    AttentionCase(1, 37, 2, 64, causal=True, precision="bf16", block_n=32),
+    AttentionCase(1, 37, 1, 64, causal=False, precision="tf32x3", block_m=64, block_n=64),
+    AttentionCase(2, 37, 2, 24, causal=True, precision="fp16", block_m=16, block_n=32),
+    AttentionCase(1, 64, 2, 32, causal=True, precision="tf32", padded=True, block_n=32),
+    AttentionCase(2, 37, 1, 8, causal=False, precision="bf16", padded=True),
+)
+
+
+# --------------------------------------------------------------------------------------
+# LayerNorm
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerNormCase:
+    batch: int
+    seq_len: int
+    d_model: int
+    with_delta: bool
+    zero_sum_rows: bool = False
+    zero_out_rows: bool = False
+    block_rows: int = 1
+
+    @property
+    def name(self) -> str:
+        parts = ["add" if self.with_delta else "noadd"]
+        if self.zero_sum_rows:
+            parts.append("zero-sum-rows")
+        if self.zero_out_rows:
+            parts.append("zero-out-rows")
+        return (
+            f"layernorm/{'+'.join(parts)}/B{self.batch}-S{self.seq_len}-D{self.d_model}/"
+            f"rows{self.block_rows}"
+        )
+
+
+def _run_layernorm(case: LayerNormCase, device: str) -> CheckResult:
+    from kernels.layernorm import add_layernorm, add_layernorm_reference
+
+    gen = _generator()
+    shape = (case.batch, case.seq_len, case.d_model)
+    x = torch.randn(shape, generator=gen)
+    delta = torch.randn(shape, generator=gen) if case.with_delta else None
+    weight = 1 + 0.1 * torch.randn(case.d_model, generator=gen)
+    bias = 0.1 * torch.randn(case.d_model, generator=gen)
+    row_mask = None
+    if case.zero_sum_rows or case.zero_out_rows:
+        lengths = torch.randint(1, case.seq_len + 1, (case.batch,), generator=gen)
+        row_mask = torch.arange(case.seq_len)[None, :] < lengths[:, None]
+    flags = {"zero_sum_rows": case.zero_sum_rows, "zero_out_rows": case.zero_out_rows}
+    ref_s, ref_y = add_layernorm_reference(x, delta, weight, bias, row_mask=row_mask, **flags)
+
+    def dev(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(device)
+
+    s, y = add_layernorm(
+        dev(x),
+        dev(delta),
+        dev(weight),
+        dev(bias),
+        row_mask=dev(row_mask),
+        block_rows=case.block_rows,
+        **flags,
+    )
+    return _combine([_result(s, ref_s, "ieee"), _result(y, ref_y, "ieee")])
+
+
+LAYERNORM_CASES = (
+    LayerNormCase(2, 37, 40, with_delta=True),
+    LayerNormCase(2, 37, 40, with_delta=True, zero_sum_rows=True, block_rows=4),
+    LayerNormCase(2, 37, 128, with_delta=False, zero_out_rows=True, block_rows=2),
+    LayerNormCase(1, 5, 1024, with_delta=True, block_rows=2),
+)
+
+
+# --------------------------------------------------------------------------------------
+# FFN
+# --------------------------------------------------------------------------------------
+def _linear_params(
+    gen: torch.Generator, in_features: int, out_features: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """nn.Linear-like init: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias."""
+    bound = in_features**-0.5
+    weight = (torch.rand(out_features, in_features, generator=gen) * 2 - 1) * bound
+    bias = (torch.rand(out_features, generator=gen) * 2 - 1) * bound
+    return weight, bias
+
+
+def _run_bias_gelu(device: str) -> CheckResult:
+    from kernels.ffn import bias_gelu, bias_gelu_reference
+
+    gen = _generator()
+    y = torch.randn(2, 37, 40, generator=gen)
+    bias = torch.randn(40, generator=gen)
+    out = bias_gelu(y.to(device), bias.to(device), block=128)
+    return _result(out, bias_gelu_reference(y, bias), "ieee")
+
+
+@dataclass(frozen=True)
+class LinearCase:
+    rows: int
+    in_features: int
+    out_features: int
+    precision: str
+    gelu: bool = True
+
+    @property
+    def name(self) -> str:
+        op = "linear_gelu" if self.gelu else "linear"
+        return f"ffn/{op}/M{self.rows}-K{self.in_features}-N{self.out_features}/{self.precision}"
+
+
+def _run_linear(case: LinearCase, device: str) -> CheckResult:
+    from kernels.ffn import linear, linear_gelu, linear_gelu_reference
+
+    gen = _generator()
+    x = torch.randn(case.rows, case.in_features, generator=gen)
+    weight, bias = _linear_params(gen, case.in_features, case.out_features)
+    reference = linear_gelu_reference(x, weight, bias, gelu=case.gelu)
+    launch = linear_gelu if case.gelu else linear
+    out = launch(
+        x.to(device),
+        weight.to(device),
+        bias.to(device),
+        precision=case.precision,
+        block_m=16,
+        block_n=32,
+        block_k=16,
+        group_m=2,
+    )
+    return _result(out, reference, case.precision)
+
+
+LINEAR_CASES = (
+    *(LinearCase(74, 40, 72, precision=p) for p in ("ieee", "tf32", "tf32x3", "fp16", "bf16")),
+    LinearCase(37, 72, 40, precision="tf32", gelu=False),
+)
+
+
+def iter_checks() -> Iterator[KernelCheck]:
+    """Every kernel check, cheapest first within each family."""
+    for case in ATTENTION_CASES:
+        yield KernelCheck(
+            case.name,
+            "fused attention vs fp32 reference",
+            lambda device, c=case: _run_attention(c, device),
+        )
+    for case in LAYERNORM_CASES:
+        yield KernelCheck(
+            case.name,
+            "residual add + LayerNorm vs torch",
+            lambda device, c=case: _run_layernorm(c, device),
+        )
+    yield KernelCheck(
+        "ffn/bias_gelu/B2-S37-N40", "bias + exact GELU epilogue vs torch", _run_bias_gelu
+    )
+    for case in LINEAR_CASES:
+        yield KernelCheck(
+            case.name,
+            "Triton GEMM + bias (+ exact GELU) vs torch",
+            lambda device, c=case: _run_linear(c, device),
+        )
