@@ -120,21 +120,23 @@ def software_versions() -> dict[str, str | None]:
 
 @functools.cache
 def project_commit() -> str | None:
-    """The git commit of this checkout (with ``-dirty`` when it has local changes)."""
+    """The git commit of this checkout (``-dirty`` with local changes to tracked files).
+
+    ``AUTOTUNE_COMMIT`` wins when set: the device machine gets a copy of the working tree
+    without ``.git``, so device scripts pass the commit they were started from.
+    """
+    if os.environ.get("AUTOTUNE_COMMIT"):
+        return os.environ["AUTOTUNE_COMMIT"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        if not sha:
-            return os.environ.get("AUTOTUNE_COMMIT")
+        head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=root,
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=10,
+            cwd=root, capture_output=True, text=True, timeout=10,
         ).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
+        return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("AUTOTUNE_COMMIT")
+        return None
