@@ -256,8 +256,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
         return int(args.func(args) or 0)
-    except (CliError, ValueError, FileNotFoundError, PermissionError, OSError) as exc:
+    except (CliError, ValueError, RuntimeError, OSError) as exc:
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        storage_error = type(exc).__module__.split(".")[0] == "sqlalchemy" or (
+            type(exc).__name__ == "StorageInternalError"
+        )
+        if not storage_error:
+            raise
+        cause = exc.__cause__ or exc
+        text = str(cause).strip()
+        first = text.splitlines()[0] if text else type(cause).__name__
+        print(
+            f"autotune {args.command}: storage error: {first}; nothing was written by the "
+            "failed step (each write is one transaction). Check that the database is not "
+            "locked by another program, is writable, and is intact.",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(f"autotune {args.command}: interrupted", file=sys.stderr)

@@ -70,6 +70,9 @@ def cmd_study(args: argparse.Namespace) -> int:
                 print(f"time budget spent; {len(plan) - i} case(s) left for the next run")
                 break
             timeout = left / (len(plan) - i)
+        if args.workers > 1:
+            _run_many(args, selection, case, space, storage)
+            continue
         bar = tqdm(
             total=args.n_trials,
             desc=f"case {case.id}",

@@ -170,7 +170,8 @@ def open_storage(
 
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
-        engine_kwargs = {"connect_args": {"timeout": 30}}
+        timeout = float(os.environ.get("AUTOTUNE_SQLITE_TIMEOUT", "30"))
+        engine_kwargs = {"connect_args": {"timeout": timeout}}
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
     try:
         return optuna.storages.RDBStorage(
@@ -222,9 +223,10 @@ def make_objective(
 
     def objective(trial: optuna.Trial) -> list[float]:
         count[0] += 1
-        if kill_at is not None and count[0] == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)  # test hook: a worker dies mid-trial
         plan = space.sample(trial)
+        if kill_at is not None and count[0] == kill_at:
+            time.sleep(2.5)  # test hook: a worker dies mid-trial, after its first heartbeats
+            os.kill(os.getpid(), signal.SIGKILL)
         prior = _previous(study, plan.hash, trial.number)
         if prior is not None:
             trial.set_user_attr("duplicate_of", prior.number)

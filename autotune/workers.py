@@ -221,19 +221,45 @@ def run_workers(job: WorkerJob, workers: int, gpus: int, rounds: int = 4) -> Non
         for i in range(workers):
             procs[i] = _spawn(i, job, tickets, in_flight, gpus)
         replacements = 0
-        while procs:
+        exit_codes: list[int] = []
+        done_before = completed_trials(study)
+        owed = 0  # tickets of workers that died mid-trial
+        died_at = 0.0
+        stale_after = job.grace_period + job.heartbeat_interval + 1
+        while procs or owed:
             for i, p in list(procs.items()):
                 p.join(timeout=0.2)
                 if p.exitcode is None:
                     continue
                 del procs[i]
+                exit_codes.append(p.exitcode)
                 if p.exitcode != 0:
                     if in_flight[i]:
-                        tickets.put(1)  # the dead worker's trial is owed to the study
+                        owed += 1
                         in_flight[i] = 0
+                        died_at = time.monotonic()
                     if replacements < 4 * workers:
                         replacements += 1
                         procs[i] = _spawn(i, job, tickets, in_flight, gpus)
+            if owed and time.monotonic() - died_at > stale_after:
+                # The dead worker's trial is RUNNING until its heartbeat is stale: fail it
+                # (the retry callback enqueues a copy), then hand its ticket out again so
+                # a worker runs the retried trial (a waiting trial is taken first).
+                study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+                optuna.storages.fail_stale_trials(study)
+                for _ in range(owed):
+                    tickets.put(1)
+                owed = 0
+                if not procs:
+                    procs[0] = _spawn(0, job, tickets, in_flight, gpus)
+            elif not procs:
+                time.sleep(0.2)
+        study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+        if completed_trials(study) == done_before and all(c != 0 for c in exit_codes):
+            raise RuntimeError(
+                f"{len(exit_codes)} worker processes exited without finishing a trial "
+                f"(exit codes {sorted(set(exit_codes))}); run with --workers 1 to see why"
+            )
         # Trials of dead workers are RUNNING until their heartbeat goes stale: wait for
         # the grace period, fail them (the retry callback re-enqueues each), go again.
         study = optuna.load_study(study_name=_job_study_name(job), storage=storage)

@@ -1,0 +1,223 @@
+"""Reliability: isolated trials, faults, many workers on one study, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.cli import main
+
+SPACE = {
+    "name": "reliability",
+    "profiles": ["cpu"],
+    "regimes": ["*"],
+    "params": [
+        {"name": "qkv", "values": ["separate", "packed"]},
+        {"name": "heads", "values": ["contiguous", "strided"]},
+        {"name": "mask", "values": ["apply", "elide"]},
+    ],
+}
+
+
+@pytest.fixture()
+def space_file(tmp_path):
+    f = tmp_path / "space.json"
+    f.write_text(json.dumps(SPACE))
+    return str(f)
+
+
+def _trials(url: str) -> list[optuna.trial.FrozenTrial]:
+    (summary,) = optuna.get_all_study_summaries(url)
+    return optuna.load_study(study_name=summary.study_name, storage=url).get_trials()
+
+
+def test_injected_crash_hang_wrong_and_raise_are_recorded_and_the_study_completes(
+    tmp_path, space_file, monkeypatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "crash@1,hang@2,wrong@3,raise@4")
+    assert (
+        main(
+            [
+                "study",
+                "--gpu",
+                "cpu",
+                "--cases",
+                "smoke-1",
+                "--n-trials",
+                "6",
+                "--sampler",
+                "grid",
+                "--space",
+                space_file,
+                "--trial-timeout",
+                "5",
+                "--storage",
+                url,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    trials = [t for t in _trials(url) if t.state != TrialState.WAITING]  # grid: rest queued
+    kinds = [t.user_attrs["outcome_kind"] for t in trials]
+    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert kinds[1:5] == ["crashed", "timeout", "wrong_result", "runtime_error"]
+    assert kinds[0] == kinds[5] == "passed"
+    assert "SIGABRT" in trials[1].user_attrs["outcome"]["message"]
+    for t in trials[1:5]:  # constraints steer samplers away from each failure
+        assert t.constraints["correctness"] > 0
+    # A plan that crashed is never run again: proposing it again reuses its outcome.
+    from autotune.study import _previous
+
+    study = optuna.load_study(
+        study_name=optuna.get_all_study_summaries(url)[0].study_name, storage=url
+    )
+    assert _previous(study, trials[1].user_attrs["plan_hash"], -1).number == 1
+
+
+def _worker_run(url: str, space_file: str, n: int, env: dict[str, str], monkeypatch) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert (
+        main(
+            [
+                "study",
+                "--gpu",
+                "cpu",
+                "--cases",
+                "smoke-1",
+                "--n-trials",
+                str(n),
+                "--workers",
+                "3",
+                "--no-isolation",
+                "--heartbeat",
+                "1",
+                "--space",
+                space_file,
+                "--storage",
+                url,
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+
+
+def _storages(tmp_path) -> list[str]:
+    urls = [f"sqlite:///{tmp_path / 'w.db'}"]
+    pg = os.environ.get("AUTOTUNE_TEST_POSTGRES")
+    if pg:
+        urls.append(pg)
+    elif os.environ.get("CI"):
+        pytest.fail("CI must provide AUTOTUNE_TEST_POSTGRES (.ci/run starts PostgreSQL)")
+    return urls
+
+
+def _clean_postgres(url: str) -> None:
+    if url.startswith("postgresql"):
+        for s in optuna.get_all_study_summaries(url):
+            optuna.delete_study(study_name=s.study_name, storage=url)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_three_workers_finish_exactly_n_trials_and_a_killed_workers_trial_is_retried(
+    backend, tmp_path, space_file, monkeypatch
+) -> None:
+    urls = [u for u in _storages(tmp_path) if u.startswith(backend)]
+    if not urls:
+        pytest.skip("set AUTOTUNE_TEST_POSTGRES (scripts/postgres.sh start) to run this")
+    url = urls[0]
+    _clean_postgres(url)
+    n = 9
+    _worker_run(url, space_file, n, {"AUTOTUNE_KILL_WORKER": "0@2"}, monkeypatch)
+    trials = _trials(url)
+    states = [t.state for t in trials]
+    assert states.count(TrialState.COMPLETE) == n  # no trial lost, none extra
+    assert TrialState.RUNNING not in states and TrialState.WAITING not in states
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1  # the killed worker's trial ...
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE  # ... was retried
+    assert retried[0].params == failed[0].params
+    assert len({t.number for t in trials}) == len(trials)
+    _clean_postgres(url)
+
+
+def test_a_corrupted_database_is_refused_with_a_message(tmp_path, capsys) -> None:
+    db = tmp_path / "studies.db"
+    db.write_bytes(b"this is not a database" * 100)
+    before = db.read_bytes()
+    assert (
+        main(
+            [
+                "study",
+                "--gpu",
+                "cpu",
+                "--cases",
+                "smoke-1",
+                "--storage",
+                f"sqlite:///{db}",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "not a database" in err or "cannot open storage" in err
+    assert db.read_bytes() == before  # nothing written
+
+
+def test_a_read_only_database_is_refused_and_left_intact(tmp_path, capsys) -> None:
+    db = tmp_path / "studies.db"
+    optuna.storages.RDBStorage(f"sqlite:///{db}")  # an empty, valid database
+    before = db.read_bytes()
+    url = f"sqlite:///file:{db}?mode=ro&uri=true"
+    assert main(["study", "--gpu", "cpu", "--cases", "smoke-1", "--storage", url, "--quiet"]) == 2
+    assert "readonly" in capsys.readouterr().err.replace("-", "").replace(" ", "")
+    assert db.read_bytes() == before
+
+
+def test_a_locked_database_is_refused_after_the_wait(tmp_path, capsys, monkeypatch) -> None:
+    db = tmp_path / "studies.db"
+    optuna.storages.RDBStorage(f"sqlite:///{db}")
+    monkeypatch.setenv("AUTOTUNE_SQLITE_TIMEOUT", "0.5")
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(20, holder.rollback)
+    release.start()
+    try:
+        t0 = time.monotonic()
+        code = main(
+            [
+                "study",
+                "--gpu",
+                "cpu",
+                "--cases",
+                "smoke-1",
+                "--storage",
+                f"sqlite:///{db}",
+                "--quiet",
+            ]
+        )
+        assert time.monotonic() - t0 < 20
+    finally:
+        release.cancel()
+        holder.rollback()
+        holder.close()
+    assert code == 2
+    assert "locked" in capsys.readouterr().err
+    assert optuna.get_all_study_summaries(f"sqlite:///{db}") == []  # nothing half-written
+
+
+def test_an_impossible_shape_is_refused_naming_the_field(capsys) -> None:
+    assert main(["evaluate", "--case", "8,16,30,4,64,1,causal", "--plan", "reference"]) == 2
+    assert "num_heads" in capsys.readouterr().err
