@@ -15,7 +15,8 @@ from autotune.device import DeviceInfo
 from autotune.measure import (
     OFFICIAL_TIMING,
     TimingSettings,
-    measure_paired,
+    measure_interleaved,
+    paired_stats,
     peak_forward_memory,
     tensor_bytes,
 )
@@ -38,18 +39,32 @@ class BenchRow:
     table_peak_mib: float | None = None
     worst_share: float | None = None
     failed_elements: int = 0
+    baseline_ms: float | None = None  # --baseline: another table, same interleaved run
+    baseline_speedup: float | None = None
+    table_vs_baseline: float | None = None  # baseline median / table median
+
+
+def _dispatcher(
+    case: Case, bench: CaseBench, table: DispatchTable, device: DeviceInfo
+) -> DispatchedTransformer:
+    model = DispatchedTransformer(case.config, table=table)
+    model.load_state_dict(bench.state_dict)
+    return model.to(device.torch_device).eval()
 
 
 def bench_case(
-    case: Case, device: DeviceInfo, table: DispatchTable, timing: TimingSettings = OFFICIAL_TIMING
+    case: Case,
+    device: DeviceInfo,
+    table: DispatchTable,
+    timing: TimingSettings = OFFICIAL_TIMING,
+    baseline: DispatchTable | None = None,
 ) -> BenchRow:
     if case.regime == "infeasible-dense":
         return BenchRow(case.id, "-", "SKIP (the dense reference cannot run this shape)")
     bench = CaseBench(case, device)
     cuda = device.type == "cuda"
-    model = DispatchedTransformer(case.config, table=table)
-    model.load_state_dict(bench.state_dict)
-    model = model.to(device.torch_device).eval()
+    model = _dispatcher(case, bench, table, device)
+    base = _dispatcher(case, bench, baseline, device) if baseline is not None else None
     x, mask = bench.timing_inputs()
     with official_settings():
         with torch.inference_mode():
@@ -57,6 +72,11 @@ def bench_case(
             held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
             peak = peak_forward_memory(lambda: model(x, mask), held, cuda=cuda)
         gate = run_gate(bench, model, BENCH_GATE)
+        if base is not None and gate.passed:
+            base_gate = run_gate(bench, base, BENCH_GATE)
+            if not base_gate.passed:
+                gate = base_gate
+                route = "baseline: " + str(base.explain(x, mask))
         if not gate.passed:
             assert gate.worst is not None
             return BenchRow(
@@ -73,10 +93,14 @@ def bench_case(
                 tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in ref.parameters()),
                 cuda=cuda,
             )
-            stats = measure_paired(lambda: ref(x, mask), lambda: model(x, mask), timing, cuda=cuda)
+            fns = [lambda: ref(x, mask), lambda: model(x, mask)]
+            if base is not None:
+                fns.append(lambda: base(x, mask))
+            reps, results = measure_interleaved(fns, timing, cuda=cuda)
+    stats = paired_stats(results[0], results[1], reps, cuda)
     bench.release()
     mib = 2**20
-    return BenchRow(
+    row = BenchRow(
         case.id,
         route,
         "PASS",
@@ -89,6 +113,11 @@ def bench_case(
         gate.worst.budget_share if gate.worst else None,
         0,
     )
+    if base is not None:
+        row.baseline_ms = results[2][0]
+        row.baseline_speedup = results[0][0] / results[2][0]
+        row.table_vs_baseline = results[2][0] / results[1][0]
+    return row
 
 
 def summarise(rows: list[BenchRow]) -> str:
@@ -106,6 +135,26 @@ def summarise(rows: list[BenchRow]) -> str:
             f"{r.case:<8} {r.verdict[:7]:<7} {f(r.ref_ms, '9.3f')} {f(r.table_ms, '9.3f')} "
             f"{f(r.speedup, '7.2f')}x {f(100 * r.noise if r.noise is not None else None, '5.1f')}%"
             f" {f(r.ref_peak_mib, '9.0f')} {f(r.table_peak_mib, '9.0f')}  {r.route}"
+        )
+    if any(r.table_vs_baseline for r in rows):
+        lines.append("")
+        lines.append(
+            f"{'case':<8} {'baseline ms':>11} {'baseline':>9} {'table':>8} {'table/baseline':>14}"
+        )
+        for r in rows:
+            if r.table_vs_baseline:
+                lines.append(
+                    f"{r.case:<8} {r.baseline_ms:>11.3f} {r.baseline_speedup:>8.2f}x "
+                    f"{r.speedup:>7.2f}x {r.table_vs_baseline:>13.2f}x"
+                )
+        vs = [r.table_vs_baseline for r in rows if r.table_vs_baseline]
+        base_geo = math.exp(
+            sum(math.log(r.baseline_speedup) for r in rows if r.baseline_speedup) / len(vs)
+        )
+        lines.append(
+            f"baseline geometric mean {base_geo:.2f}x; table over baseline: "
+            f"geometric mean {math.exp(sum(map(math.log, vs)) / len(vs)):.2f}x, "
+            f"worst {min(vs):.2f}x"
         )
     if timed:
         geo = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed))

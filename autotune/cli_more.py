@@ -206,7 +206,14 @@ def cmd_export(args: argparse.Namespace) -> int:
         case = _case_of(study)
         bench = CaseBench(case, selection.effective_device())
         max_memory = int(args.max_memory * 2**20) if args.max_memory else None
-        winner = select_winner(study, selection, bench, k=args.finalists, max_memory=max_memory)
+        winner = select_winner(
+            study,
+            selection,
+            bench,
+            k=args.finalists,
+            max_memory=max_memory,
+            exclude_triton=args.exclude_triton,
+        )
         bench.release()
         winners.append(winner)
         ev = winner.evidence()
@@ -226,7 +233,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         "storage": args.storage,
         "command": "autotune export --gpu "
         + selection.profile.name
-        + (" --emulate" if selection.emulated else ""),
+        + (" --emulate" if selection.emulated else "")
+        + (" --exclude-triton" if args.exclude_triton else ""),
     }
     if provenance["device"]["type"] == "cpu":
         provenance["device"]["name"] = "cpu"
@@ -284,9 +292,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     spec = args.cases or ",".join(
         sorted({e["case"] for e in table.entries.values()}, key=_case_sort)
     )
+    baseline = load_table(args.baseline) if args.baseline else None
     rows = []
     for case in select_cases(spec):
-        row = bench_case(case, device, table)
+        row = bench_case(case, device, table, baseline=baseline)
         rows.append(row)
         print(
             f"case {case.id}: {row.verdict} "
@@ -378,6 +387,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--out", help="output path (default tables/PROFILE.py)")
     p.add_argument("--finalists", type=int, default=3, help="Pareto finalists to re-measure")
     p.add_argument("--max-memory", type=float, help="memory cap in MiB (default: profile's)")
+    p.add_argument(
+        "--exclude-triton",
+        action="store_true",
+        help="only library plans (no project Triton kernels): a baseline table",
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("plot", help="PNG Pareto fronts of latency against peak memory")
@@ -393,6 +407,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p = sub.add_parser("bench", help="official protocol: reference vs a table's dispatcher")
     p.add_argument("--table", required=True)
     p.add_argument("--cases", help="case spec (default: the table's cases)")
+    p.add_argument("--baseline", help="another table, timed in the same interleaved run")
     _add_gpu(p)
     p.set_defaults(gpu="auto")
     p.add_argument("--csv", help="also write the rows as CSV")

@@ -91,11 +91,17 @@ def pareto_front(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def finalists(
-    study: optuna.Study, *, k: int = 3, max_memory: int | None = None
+    study: optuna.Study,
+    *,
+    k: int = 3,
+    max_memory: int | None = None,
+    exclude_triton: bool = False,
 ) -> list[FrozenTrial]:
     """The fastest ``k`` distinct plans of the feasible Pareto set under the memory cap,
     topped up with the next-fastest feasible trials when the front is short."""
     trials = study.get_trials(deepcopy=False)
+    if exclude_triton:
+        trials = [t for t in trials if not (trial_plan(t) or REFERENCE_PLAN).uses_triton]
     feasible = sorted(
         (t for t in trials if is_feasible(t)), key=lambda t: (t.values[0], t.values[1], t.number)
     )
@@ -126,12 +132,13 @@ def select_winner(
     max_memory: int | None = None,
     timing: TimingSettings = SELECTION_TIMING,
     gate: GateSettings = SELECTION_GATE,
+    exclude_triton: bool = False,
 ) -> Winner:
     """Re-verify and re-time the finalists against the reference in one run."""
     case = bench.case
     space_hash = study.user_attrs.get("space", {}).get("hash", "")
     cap = max_memory if max_memory is not None else selection.capacity_bytes
-    cands = finalists(study, k=k, max_memory=cap)
+    cands = finalists(study, k=k, max_memory=cap, exclude_triton=exclude_triton)
     cuda = bench.device.type == "cuda"
     notes: list[dict[str, Any]] = []
     models: list[tuple[FrozenTrial, Plan, Any, Any, int | None]] = []
