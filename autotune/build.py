@@ -362,10 +362,12 @@ class CandidateTransformer(ReferenceTransformer):
     def _layernorm(self, x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
         return F.layer_norm(x, (self.config.d_model,), wb[0], wb[1], LAYERNORM_EPS)
 
-    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    def _linear(self, x: Tensor, weight: Tensor, bias: Tensor, keep_half: bool = False) -> Tensor:
+        """x @ W^T + b at the plan's GEMM precision; fp32 out unless ``keep_half``."""
         prec = self.plan.gemm_precision
         if prec in _DTYPES:
-            return F.linear(x.to(_DTYPES[prec]), weight, bias).float()
+            y = F.linear(x.to(_DTYPES[prec]), weight, bias)
+            return y if keep_half else y.float()
         with _matmul_precision(prec):
             return F.linear(x, weight, bias)
 
@@ -398,13 +400,16 @@ class CandidateTransformer(ReferenceTransformer):
     # --- attention ------------------------------------------------------------------
     def _attention(self, h: Tensor, mask: Tensor | None, kind: str, w: _LayerWeights) -> Tensor:
         _b, _s, d = h.shape
+        # fp16/bf16 GEMMs feeding attention of the same precision hand over their half
+        # output as is: no round trip through fp32 (two kernels and 3x the bytes saved).
+        keep = self.plan.gemm_precision == self.plan.attn_precision in _DTYPES
         if self.plan.qkv == "packed":
-            qkv = self._linear(h, w.qkv_w, w.qkv_b)
+            qkv = self._linear(h, w.qkv_w, w.qkv_b, keep_half=keep)
             q, k, v = qkv.split(d, dim=-1)
         else:
-            q = self._linear(h, *w.q)
-            k = self._linear(h, *w.k)
-            v = self._linear(h, *w.v)
+            q = self._linear(h, *w.q, keep_half=keep)
+            k = self._linear(h, *w.k, keep_half=keep)
+            v = self._linear(h, *w.v, keep_half=keep)
         if self.plan.attention == "triton" and kind != MASK_GENERAL:
             context = self._triton_attention(q, k, v, mask, kind)
         else:

@@ -419,7 +419,10 @@ def not_supported_reasons(
 # --------------------------------------------------------------------------------------
 # Launcher
 # --------------------------------------------------------------------------------------
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+_HALF_INPUTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, precision: str) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -428,11 +431,15 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
                 f"{name} has shape {tuple(t.shape)}; expected 4 dims [B, S, H, head_dim] "
                 "(view a [B, S, D] tensor as [B, S, H, D // H])"
             )
-        if t.dtype != torch.float32:
+        half = _HALF_INPUTS.get(precision)
+        if t.dtype != torch.float32 and t.dtype != half:
+            allowed = "float32" + (f" or {half}" if half is not None else "")
             raise ValueError(
-                f"{name} has dtype {t.dtype}; pass float32 (precision= picks "
-                "the operand type inside the kernel)"
+                f"{name} has dtype {t.dtype}; with precision={precision!r} pass {allowed} "
+                "(half inputs only when they are already the operand type)"
             )
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
         if t.stride(-1) != 1:
             raise ValueError(
                 f"{name} has last-dim stride {t.stride(-1)}; it must be 1 "
@@ -499,9 +506,9 @@ def attention(
     the reference gives NaN. The launcher does not synchronise the device (safe to use
     inside CUDA graph capture); it does not check that ``out`` does not alias k or v.
     """
-    _check_qkv(q, k, v)
-    batch, seq_len, num_heads, head_dim = q.shape
     check_precision(precision)
+    _check_qkv(q, k, v, precision)
+    batch, seq_len, num_heads, head_dim = q.shape
     errors = _config_errors(
         head_dim=head_dim,
         block_m=block_m,

@@ -33,6 +33,7 @@ CPU_PLANS = [
     Plan(attention="sdpa_math", attn_precision="fp16", qkv="packed"),
     Plan(attention="sdpa_flash", attn_precision="fp16", heads="strided", mask="elide"),
     Plan(qkv="packed", gemm_precision="fp16", mask="elide"),
+    Plan(attention="sdpa_math", qkv="packed", gemm_precision="fp16", attn_precision="fp16"),
 ]
 
 

@@ -382,3 +382,29 @@ def test_cpu_is_supported_only_for_interpreted_kernels(device: str) -> None:
     found = device_reasons("cpu", compiled_kernel)
     assert any("set TRITON_INTERPRET=1 before importing kernels" in r for r in found)
     assert device_reasons("cuda", compiled_kernel) == []
+
+
+def test_half_inputs_are_taken_as_is_when_they_are_the_operand_type() -> None:
+    import torch
+
+    from kernels.attention import attention, attention_reference
+
+    torch.manual_seed(7)
+    q, k, v = (torch.randn(2, 37, 2, 24) for _ in range(3))
+    ref = attention_reference(q.half().float(), k.half().float(), v.half().float(), causal=True)
+    out = attention(q.half(), k.half(), v.half(), causal=True, precision="fp16",
+                    block_m=16, block_n=16)
+    assert out.dtype == torch.float32
+    err = (out - ref).abs()
+    assert bool(((err <= 2e-3) | (err <= 2e-2 * ref.abs())).all())
+
+
+def test_half_inputs_with_a_float_precision_are_refused_naming_the_dtype() -> None:
+    import pytest
+    import torch
+
+    from kernels.attention import attention
+
+    q = torch.randn(1, 16, 1, 16).half()
+    with pytest.raises(ValueError, match=r"torch.float16.*precision='tf32'"):
+        attention(q, q, q, causal=True, precision="tf32", block_m=16, block_n=16)
