@@ -201,6 +201,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             f"no studies for profile {selection.profile.name!r} in {args.storage}; "
             f"run 'autotune study --gpu {selection.profile.name}' first"
         )
+    out = Path(args.out or f"tables/{selection.profile.name}.py")
+    incumbents = _incumbents(out, selection.profile.name) if not args.fresh else {}
     winners = []
     for study in studies.values():
         case = _case_of(study)
@@ -213,6 +215,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             k=args.finalists,
             max_memory=max_memory,
             exclude_triton=args.exclude_triton,
+            incumbent=incumbents.get(study.user_attrs.get("case_key")),
         )
         bench.release()
         winners.append(winner)
@@ -238,13 +241,36 @@ def cmd_export(args: argparse.Namespace) -> int:
     }
     if provenance["device"]["type"] == "cpu":
         provenance["device"]["name"] = "cpu"
-    out = Path(args.out or f"tables/{selection.profile.name}.py")
     path, version = write_table(out, selection.profile.name, provenance, winners)
     print(
         f"wrote {path} (table version {version}, {len(winners)} entries, "
         f"{sum(w.admitted for w in winners)} tuned)"
     )
     return 0
+
+
+def _incumbents(path: Path, profile: str) -> dict[str, Any]:
+    """Per case key, the plan the table at ``path`` already ships (if it is intact)."""
+    from autotune.cases import CaseKey
+    from autotune.plan import Plan
+    from autotune.runtime import load_table
+    from autotune.select import Incumbent
+
+    if not path.is_file():
+        return {}
+    try:
+        table = load_table(path)
+    except ValueError:
+        return {}
+    if table.profile != profile or not table.usable:
+        return {}
+    out = {}
+    for key, entry in table.entries.items():
+        if entry.get("admitted"):
+            ev = entry.get("evidence", {})
+            out[str(CaseKey(*key))] = Incumbent(Plan.from_dict(entry.get("plan", {})),
+                                                ev.get("study"), ev.get("trial"))
+    return out
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -387,6 +413,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--out", help="output path (default tables/PROFILE.py)")
     p.add_argument("--finalists", type=int, default=3, help="Pareto finalists to re-measure")
     p.add_argument("--max-memory", type=float, help="memory cap in MiB (default: profile's)")
+    p.add_argument("--fresh", action="store_true",
+                   help="ignore the table at --out (by default its entries are incumbents "
+                   "that a challenger must beat by more than the noise)")
     p.add_argument(
         "--exclude-triton",
         action="store_true",

@@ -123,6 +123,15 @@ def finalists(
     return chosen
 
 
+@dataclasses.dataclass(frozen=True)
+class Incumbent:
+    """The entry the table at the output path already holds for a case."""
+
+    plan: Plan
+    study: str | None
+    trial: int | None
+
+
 def select_winner(
     study: optuna.Study,
     selection: ProfileSelection,
@@ -133,20 +142,36 @@ def select_winner(
     timing: TimingSettings = SELECTION_TIMING,
     gate: GateSettings = SELECTION_GATE,
     exclude_triton: bool = False,
+    incumbent: Incumbent | None = None,
 ) -> Winner:
-    """Re-verify and re-time the finalists against the reference in one run."""
+    """Re-verify and re-time the finalists (and the incumbent) against the reference in
+    one interleaved run. A challenger replaces the incumbent only when it beats it by more
+    than the noise; any winner must beat the reference by more than the noise."""
     case = bench.case
     space_hash = study.user_attrs.get("space", {}).get("hash", "")
     cap = max_memory if max_memory is not None else selection.capacity_bytes
-    cands = finalists(study, k=k, max_memory=cap, exclude_triton=exclude_triton)
+    entries: list[tuple[int | None, Plan, str]] = [
+        (t.number, trial_plan(t) or REFERENCE_PLAN, study.study_name)
+        for t in finalists(study, k=k, max_memory=cap, exclude_triton=exclude_triton)
+    ]
+    inc_plan = None
+    if incumbent is not None and incumbent.plan != REFERENCE_PLAN and not (
+        exclude_triton and incumbent.plan.uses_triton
+    ):
+        inc_plan = incumbent.plan
+        entries = [e for e in entries if e[1] != inc_plan]
+        entries.append((incumbent.trial, inc_plan, incumbent.study or study.study_name))
     cuda = bench.device.type == "cuda"
     notes: list[dict[str, Any]] = []
-    models: list[tuple[FrozenTrial, Plan, Any, Any, int | None]] = []
+    models: list[tuple[int | None, Plan, str, Any, Any, int | None]] = []
     x, mask = bench.timing_inputs()
+
+    def note(trial: int | None, plan: Plan, **fields: Any) -> None:
+        notes.append({"trial": trial, "plan": plan.describe(),
+                      **({"incumbent": True} if plan == inc_plan else {}), **fields})
+
     with official_settings():
-        for t in cands:
-            plan = trial_plan(t)
-            assert plan is not None
+        for number, plan, source in entries:
             try:
                 model = build_candidate(plan, case.config, bench.device, bench.state_dict)
                 held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
@@ -154,43 +179,23 @@ def select_winner(
                     peak = peak_forward_memory(lambda m=model: m(x, mask), held, cuda=cuda)
                 result = run_gate(bench, model, gate)
             except Exception as exc:  # a finalist that fails now is dropped, with why
-                notes.append(
-                    {
-                        "trial": t.number,
-                        "plan": plan.describe(),
-                        "dropped": f"{classify_exception(exc).value}: {exc}"[:300],
-                    }
-                )
+                note(number, plan, dropped=f"{classify_exception(exc).value}: {exc}"[:300])
                 continue
             if not result.passed:
-                notes.append(
-                    {
-                        "trial": t.number,
-                        "plan": plan.describe(),
-                        "dropped": f"wrong result on re-check: {result.worst.summary()}",
-                    }
-                )
+                assert result.worst is not None
+                note(number, plan, dropped=f"wrong result on re-check: {result.worst.summary()}")
                 continue
             if cap is not None and peak is not None and peak > cap:
-                notes.append(
-                    {
-                        "trial": t.number,
-                        "plan": plan.describe(),
-                        "dropped": f"peak {peak} B over the cap {cap} B",
-                    }
-                )
+                note(number, plan, dropped=f"peak {peak} B over the cap {cap} B")
                 continue
-            models.append((t, plan, model, result, peak))
+            models.append((number, plan, source, model, result, peak))
         if not models:
             return _keep_reference(
-                case,
-                study,
-                space_hash,
-                "no finalist passed re-verification" if cands else "no feasible trial",
-                notes,
+                case, study, space_hash,
+                "no finalist passed re-verification" if entries else "no feasible trial", notes,
             )
         ref = bench.reference
-        fns = [lambda: ref(x, mask)] + [lambda m=m: m(x, mask) for _, _, m, _, _ in models]
+        fns = [lambda: ref(x, mask)] + [lambda m=m: m(x, mask) for *_, m, _, _ in models]
         with torch.inference_mode():
             ref_peak = peak_forward_memory(
                 lambda: ref(x, mask),
@@ -199,39 +204,44 @@ def select_winner(
             )
             reps, results = measure_interleaved(fns, timing, cuda=cuda)
     scored = []
-    for (t, plan, _, result, peak), res in zip(models, results[1:], strict=True):
+    for (number, plan, source, _, result, peak), res in zip(models, results[1:], strict=True):
         stats = paired_stats(results[0], res, reps, cuda)
-        notes.append(
-            {
-                "trial": t.number,
-                "plan": plan.describe(),
-                "speedup": round(stats.speedup, 4),
-                "noise": round(stats.noise, 4),
-            }
-        )
-        scored.append((stats, t, plan, result, peak))
+        note(number, plan, speedup=round(stats.speedup, 4), noise=round(stats.noise, 4))
+        scored.append((stats, number, plan, source, result, peak))
     del models, fns
     _cleanup(cuda)
-    stats, t, plan, result, peak = max(scored, key=lambda s: s[0].speedup)
+    best = max(scored, key=lambda s: s[0].speedup)
+    reason = f"fastest of {len(scored)} re-measured finalists"
+    held = [s for s in scored if s[2] == inc_plan]
+    if held and best is not held[0]:
+        inc = held[0]
+        over = best[0].speedup / inc[0].speedup - 1.0
+        margin = max(best[0].noise, inc[0].noise, MIN_GAIN)
+        if over <= margin:
+            reason = (f"incumbent kept: the best challenger {best[2].describe()} was "
+                      f"{100 * over:.1f}% faster, not above the noise {100 * margin:.1f}%")
+            best = inc
+        else:
+            reason = f"replaces the incumbent: {100 * over:.1f}% faster > noise {100 * margin:.1f}%"
+    elif held:
+        reason = "incumbent re-measured fastest"
+    stats, number, plan, source, result, peak = best
     gain = stats.speedup - 1.0
     if gain <= max(stats.noise, MIN_GAIN):
         return _keep_reference(
-            case,
-            study,
-            space_hash,
+            case, study, space_hash,
             f"best finalist {plan.describe()} gained {100 * gain:.1f}%, not above the noise "
-            f"{100 * stats.noise:.1f}% (and {100 * MIN_GAIN:.0f}%)",
-            notes,
+            f"{100 * stats.noise:.1f}% (and {100 * MIN_GAIN:.0f}%)", notes,
         )
     return Winner(
         case_id=case.id,
         case_key=case.key.as_tuple(),
         plan=plan,
         admitted=True,
-        reason=f"fastest of {len(scored)} re-measured finalists; gain {100 * gain:.1f}% > "
-        f"noise {100 * stats.noise:.1f}%",
-        study=study.study_name,
-        trial=t.number,
+        reason=f"{reason}; gain over the reference {100 * gain:.1f}% > noise "
+        f"{100 * stats.noise:.1f}%",
+        study=source,
+        trial=number,
         space_hash=space_hash,
         timing=stats,
         peak_memory_bytes=peak,

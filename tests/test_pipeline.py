@@ -302,3 +302,20 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
 def test_bad_input_gets_a_clear_error_and_exit_2(argv, message, capsys) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_re_export_measures_the_shipped_entries_as_incumbents(pipeline, tmp_path) -> None:
+    import shutil
+
+    out = tmp_path / "cpu.py"
+    shutil.copy(pipeline["table"], out)
+    assert main(["export", "--gpu", "cpu", "--storage", pipeline["db"], "--out", str(out)]) == 0
+    old = load_table(pipeline["table"])
+    new = load_table(out)
+    for key, entry in new.entries.items():
+        if not old.entries[key]["admitted"]:
+            continue
+        reason = entry["evidence"]["reason"]
+        assert "incumbent" in reason, reason
+        if "incumbent kept" in reason or "re-measured fastest" in reason:
+            assert entry["plan"] == old.entries[key]["plan"]
