@@ -268,8 +268,9 @@ def _incumbents(path: Path, profile: str) -> dict[str, Any]:
     for key, entry in table.entries.items():
         if entry.get("admitted"):
             ev = entry.get("evidence", {})
-            out[str(CaseKey(*key))] = Incumbent(Plan.from_dict(entry.get("plan", {})),
-                                                ev.get("study"), ev.get("trial"))
+            out[str(CaseKey(*key))] = Incumbent(
+                Plan.from_dict(entry.get("plan", {})), ev.get("study"), ev.get("trial")
+            )
     return out
 
 
@@ -413,9 +414,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--out", help="output path (default tables/PROFILE.py)")
     p.add_argument("--finalists", type=int, default=3, help="Pareto finalists to re-measure")
     p.add_argument("--max-memory", type=float, help="memory cap in MiB (default: profile's)")
-    p.add_argument("--fresh", action="store_true",
-                   help="ignore the table at --out (by default its entries are incumbents "
-                   "that a challenger must beat by more than the noise)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="ignore the table at --out (by default its entries are incumbents "
+        "that a challenger must beat by more than the noise)",
+    )
     p.add_argument(
         "--exclude-triton",
         action="store_true",

@@ -155,8 +155,10 @@ def select_winner(
         for t in finalists(study, k=k, max_memory=cap, exclude_triton=exclude_triton)
     ]
     inc_plan = None
-    if incumbent is not None and incumbent.plan != REFERENCE_PLAN and not (
-        exclude_triton and incumbent.plan.uses_triton
+    if (
+        incumbent is not None
+        and incumbent.plan != REFERENCE_PLAN
+        and not (exclude_triton and incumbent.plan.uses_triton)
     ):
         inc_plan = incumbent.plan
         entries = [e for e in entries if e[1] != inc_plan]
@@ -167,8 +169,14 @@ def select_winner(
     x, mask = bench.timing_inputs()
 
     def note(trial: int | None, plan: Plan, **fields: Any) -> None:
-        notes.append({"trial": trial, "plan": plan.describe(),
-                      **({"incumbent": True} if plan == inc_plan else {}), **fields})
+        notes.append(
+            {
+                "trial": trial,
+                "plan": plan.describe(),
+                **({"incumbent": True} if plan == inc_plan else {}),
+                **fields,
+            }
+        )
 
     with official_settings():
         for number, plan, source in entries:
@@ -191,8 +199,11 @@ def select_winner(
             models.append((number, plan, source, model, result, peak))
         if not models:
             return _keep_reference(
-                case, study, space_hash,
-                "no finalist passed re-verification" if entries else "no feasible trial", notes,
+                case,
+                study,
+                space_hash,
+                "no finalist passed re-verification" if entries else "no feasible trial",
+                notes,
             )
         ref = bench.reference
         fns = [lambda: ref(x, mask)] + [lambda m=m: m(x, mask) for *_, m, _, _ in models]
@@ -218,8 +229,10 @@ def select_winner(
         over = best[0].speedup / inc[0].speedup - 1.0
         margin = max(best[0].noise, inc[0].noise, MIN_GAIN)
         if over <= margin:
-            reason = (f"incumbent kept: the best challenger {best[2].describe()} was "
-                      f"{100 * over:.1f}% faster, not above the noise {100 * margin:.1f}%")
+            reason = (
+                f"incumbent kept: the best challenger {best[2].describe()} was "
+                f"{100 * over:.1f}% faster, not above the noise {100 * margin:.1f}%"
+            )
             best = inc
         else:
             reason = f"replaces the incumbent: {100 * over:.1f}% faster > noise {100 * margin:.1f}%"
@@ -229,9 +242,12 @@ def select_winner(
     gain = stats.speedup - 1.0
     if gain <= max(stats.noise, MIN_GAIN):
         return _keep_reference(
-            case, study, space_hash,
+            case,
+            study,
+            space_hash,
             f"best finalist {plan.describe()} gained {100 * gain:.1f}%, not above the noise "
-            f"{100 * stats.noise:.1f}% (and {100 * MIN_GAIN:.0f}%)", notes,
+            f"{100 * stats.noise:.1f}% (and {100 * MIN_GAIN:.0f}%)",
+            notes,
         )
     return Winner(
         case_id=case.id,

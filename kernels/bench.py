@@ -268,9 +268,7 @@ def bench_triton(
             continue
         if time.monotonic() > deadline:
             results.append(
-                Row(
-                    shape, method, precision, str(tile), None, "n/a", "skipped: time budget spent"
-                )
+                Row(shape, method, precision, str(tile), None, "n/a", "skipped: time budget spent")
             )
             continue
 
@@ -399,14 +397,23 @@ def bench_shape(
         now = time.monotonic()
         share = max(0.0, deadline - now) / (len(args.precision_list) - index)
         split = 0.5 if precision == "fp16" else 1.0
-        results += bench_triton(shape, qkv, ref, rows, precision, args.cuda_graph,
-                                now + split * share)
+        results += bench_triton(
+            shape, qkv, ref, rows, precision, args.cuda_graph, now + split * share
+        )
         if precision == "fp16":
             # The same kernel fed fp16 q/k/v (casts untimed, as for SDPA's fp16 rows):
             # what a plan gets when the QKV GEMM already runs in fp16.
             half = tuple(t.half() for t in qkv)
-            results += bench_triton(shape, half, ref, rows, precision, args.cuda_graph,
-                                    now + share, method="triton fp16-in")
+            results += bench_triton(
+                shape,
+                half,
+                ref,
+                rows,
+                precision,
+                args.cuda_graph,
+                now + share,
+                method="triton fp16-in",
+            )
             del half
     for row in results:
         print(format_row(row), flush=True)

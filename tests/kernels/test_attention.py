@@ -392,8 +392,9 @@ def test_half_inputs_are_taken_as_is_when_they_are_the_operand_type() -> None:
     torch.manual_seed(7)
     q, k, v = (torch.randn(2, 37, 2, 24) for _ in range(3))
     ref = attention_reference(q.half().float(), k.half().float(), v.half().float(), causal=True)
-    out = attention(q.half(), k.half(), v.half(), causal=True, precision="fp16",
-                    block_m=16, block_n=16)
+    out = attention(
+        q.half(), k.half(), v.half(), causal=True, precision="fp16", block_m=16, block_n=16
+    )
     assert out.dtype == torch.float32
     err = (out - ref).abs()
     assert bool(((err <= 2e-3) | (err <= 2e-2 * ref.abs())).all())
