@@ -7,20 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.cli import _add_gpu
+
 DEFAULT_STORAGE = "sqlite:///studies.db"
-
-
-def _add_gpu(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--gpu",
-        default="cpu",
-        help="GPU profile: cpu, auto, h200, h100, a100, rtx4090, rtx5080 (default cpu)",
-    )
-    p.add_argument(
-        "--emulate",
-        action="store_true",
-        help="run a profile on another device, capping memory to the profile's",
-    )
 
 
 def _storage(url: str, heartbeat: int | None = None) -> Any:

@@ -13,6 +13,8 @@ emulation on only for interpreted kernels.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import triton
 import triton.language as tl
 
@@ -46,6 +48,30 @@ def precision_reasons(precision: str, capability: tuple[int, int] | None) -> lis
             f"device has {capability[0]}.{capability[1]}"
         ]
     return []
+
+
+def launch_reasons(
+    *,
+    kernel: object,
+    device_type: str,
+    precision: str,
+    capability: tuple[int, int] | None,
+    smem_bytes: int | None,
+    smem_needed: Callable[[], int],
+    reasons: list[str],
+) -> list[str]:
+    """The checks every tiled kernel shares: a Triton backend for the device, the GPU's
+    support for the operand precision, and (when nothing else is wrong) shared memory."""
+    from kernels._triton import device_reasons
+
+    reasons.extend(device_reasons(device_type, kernel))
+    if device_type == "cuda":
+        reasons.extend(precision_reasons(precision, capability))
+    if smem_bytes is not None and not reasons:
+        need = smem_needed()
+        if need > smem_bytes:
+            reasons.append(f"needs ~{need} B shared memory, device has {smem_bytes}")
+    return reasons
 
 
 def check_precision(precision: str) -> None:

@@ -24,6 +24,7 @@ from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
     dot,
+    launch_reasons,
     precision_reasons,
     to_operand,
 )
@@ -31,7 +32,6 @@ from kernels._triton import (
     INT32_MAX,
     SUPPORTED_NUM_WARPS,
     check_launch_device,
-    device_reasons,
     is_interpreted,
     is_power_of_2,
     next_power_of_2,
@@ -400,20 +400,21 @@ def not_supported_reasons(
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         if prune_pointless and is_power_of_2(value) and value > padded_seq:
             reasons.append(f"{name.upper()}={value} > padded seq len {padded_seq}")
-    reasons.extend(device_reasons(device_type, _attention_fwd_kernel))
-    if device_type == "cuda":
-        reasons.extend(precision_reasons(precision, capability))
-    if smem_bytes is not None and not reasons:
-        need = estimate_shared_memory_bytes(
+    return launch_reasons(
+        kernel=_attention_fwd_kernel,
+        device_type=device_type,
+        precision=precision,
+        capability=capability,
+        smem_bytes=smem_bytes,
+        smem_needed=lambda: estimate_shared_memory_bytes(
             head_dim=head_dim,
             block_m=block_m,
             block_n=block_n,
             num_stages=num_stages,
             precision=precision,
-        )
-        if need > smem_bytes:
-            reasons.append(f"needs ~{need} B shared memory, device has {smem_bytes}")
-    return reasons
+        ),
+        reasons=reasons,
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
     dot,
+    launch_reasons,
     precision_reasons,
     to_operand,
 )
@@ -269,20 +270,21 @@ def linear_gelu_not_supported_reasons(
         padded = max(MIN_DOT_BLOCK, next_power_of_2(size))
         if is_power_of_2(block) and block > padded:
             reasons.append(f"{name.upper()}={block} > padded size {padded}")
-    reasons.extend(device_reasons(device_type, _linear_kernel))
-    if device_type == "cuda":
-        reasons.extend(precision_reasons(precision, capability))
-    if smem_bytes is not None and not reasons:
-        need = estimate_linear_shared_memory_bytes(
+    return launch_reasons(
+        kernel=_linear_kernel,
+        device_type=device_type,
+        precision=precision,
+        capability=capability,
+        smem_bytes=smem_bytes,
+        smem_needed=lambda: estimate_linear_shared_memory_bytes(
             block_m=block_m,
             block_n=block_n,
             block_k=block_k,
             num_stages=num_stages,
             precision=precision,
-        )
-        if need > smem_bytes:
-            reasons.append(f"needs ~{need} B shared memory, device has {smem_bytes}")
-    return reasons
+        ),
+        reasons=reasons,
+    )
 
 
 # --------------------------------------------------------------------------------------

@@ -32,3 +32,12 @@ def cpu_device():
 def _no_fault_injection(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AUTOTUNE_INJECT_FAULT", raising=False)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+
+def cli(command: str) -> int:
+    """Run ``autotune COMMAND`` in this process; returns the exit code."""
+    import shlex
+
+    from autotune.cli import main
+
+    return main(shlex.split(command))

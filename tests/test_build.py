@@ -63,25 +63,11 @@ SMALL_GOLDEN = [p for p in GOLDEN if "case02" not in p]
 
 @pytest.mark.parametrize(
     ("plan", "path"),
-    list(itertools.product(TRITON_PLANS, SMALL_GOLDEN)),
+    list(itertools.product(CPU_PLANS, GOLDEN))
+    + list(itertools.product(TRITON_PLANS, SMALL_GOLDEN)),
     ids=lambda v: v.hash if isinstance(v, Plan) else v.rsplit("/", 1)[-1],
 )
-def test_triton_plan_passes_the_rule_on_golden_vectors(plan: Plan, path: str, cpu_device) -> None:
-    vector = load_vector(path)
-
-    def subject(config, state_dict):
-        return build_candidate(plan, config, cpu_device, state_dict)
-
-    result = check_vector(vector, subject, exact_tolerance=None)
-    assert result.passed, result.line()
-
-
-@pytest.mark.parametrize(
-    ("plan", "path"),
-    list(itertools.product(CPU_PLANS, GOLDEN)),
-    ids=lambda v: v.hash if isinstance(v, Plan) else v.rsplit("/", 1)[-1],
-)
-def test_cpu_plan_passes_the_rule_on_golden_vectors(plan: Plan, path: str, cpu_device) -> None:
+def test_plan_passes_the_rule_on_golden_vectors(plan: Plan, path: str, cpu_device) -> None:
     vector = load_vector(path)
 
     def subject(config, state_dict):

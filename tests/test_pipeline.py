@@ -15,7 +15,7 @@ from autotune.cli import main
 from autotune.export import render_table
 from autotune.runtime import DispatchedTransformer, load_table
 from autotune.study import study_name
-from tests.conftest import ROOT
+from tests.conftest import ROOT, cli
 
 BLOCKED = ("optuna", "sqlalchemy", "pandas", "matplotlib")
 
@@ -27,28 +27,9 @@ def pipeline(tmp_path_factory) -> dict:
     db = f"sqlite:///{tmp / 'studies.db'}"
     table = tmp / "tables" / "cpu.py"
     png = tmp / "pareto.png"
-    assert (
-        main(
-            [
-                "study",
-                "--gpu",
-                "cpu",
-                "--cases",
-                "smoke-1,smoke-3",
-                "--n-trials",
-                "6",
-                "--storage",
-                db,
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert main(["export", "--gpu", "cpu", "--storage", db, "--out", str(table)]) == 0
-    assert (
-        main(["plot", "--gpu", "cpu", "--storage", db, "--table", str(table), "--out", str(png)])
-        == 0
-    )
+    assert cli(f"study --gpu cpu --cases smoke-1,smoke-3 --n-trials 6 --storage {db} --quiet") == 0
+    assert cli(f"export --gpu cpu --storage {db} --out {table!s}") == 0
+    assert cli(f"plot --gpu cpu --storage {db} --table {table!s} --out {png!s}") == 0
     return {"db": db, "table": table, "png": png, "tmp": tmp}
 
 
@@ -67,40 +48,8 @@ def test_study_records_plans_outcomes_environment_and_resumes(pipeline) -> None:
     assert env["profile"] == "cpu" and env["versions"]["torch"] and "commit" in env
     assert study.user_attrs["space"]["hash"]
     # The same command again resumes: nothing new; a higher target adds the difference.
-    assert (
-        main(
-            [
-                "study",
-                "--gpu",
-                "cpu",
-                "--cases",
-                "smoke-1",
-                "--n-trials",
-                "6",
-                "--storage",
-                url,
-                "--quiet",
-            ]
-        )
-        == 0
-    )
-    assert (
-        main(
-            [
-                "study",
-                "--gpu",
-                "cpu",
-                "--cases",
-                "smoke-1",
-                "--n-trials",
-                "8",
-                "--storage",
-                url,
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    assert cli(f"study --gpu cpu --cases smoke-1 --n-trials 6 --storage {url} --quiet") == 0
+    assert cli(f"study --gpu cpu --cases smoke-1 --n-trials 8 --storage {url} --quiet") == 0
     from autotune.cases import get_case
     from autotune.space import builtin_spaces, select_space
 
@@ -264,18 +213,7 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
     bench_mod.bench_case.__defaults__ = (fast, None)
     try:
         assert (
-            main(
-                [
-                    "bench",
-                    "--table",
-                    str(pipeline["table"]),
-                    "--gpu",
-                    "cpu",
-                    "--csv",
-                    str(tmp_path / "b.csv"),
-                ]
-            )
-            == 0
+            cli(f"bench --table {pipeline['table']!s} --gpu cpu --csv {tmp_path / 'b.csv'!s}") == 0
         )
     finally:
         bench_mod.bench_case.__defaults__ = original
@@ -309,7 +247,7 @@ def test_re_export_measures_the_shipped_entries_as_incumbents(pipeline, tmp_path
 
     out = tmp_path / "cpu.py"
     shutil.copy(pipeline["table"], out)
-    assert main(["export", "--gpu", "cpu", "--storage", pipeline["db"], "--out", str(out)]) == 0
+    assert cli(f"export --gpu cpu --storage {pipeline['db']} --out {out!s}") == 0
     old = load_table(pipeline["table"])
     new = load_table(out)
     for key, entry in new.entries.items():

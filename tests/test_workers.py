@@ -12,7 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.cli import main
+from tests.conftest import cli
 
 SPACE = {
     "name": "reliability",
@@ -43,29 +43,8 @@ def test_injected_crash_hang_wrong_and_raise_are_recorded_and_the_study_complete
 ) -> None:
     url = f"sqlite:///{tmp_path / 's.db'}"
     monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "crash@1,hang@2,wrong@3,raise@4")
-    assert (
-        main(
-            [
-                "study",
-                "--gpu",
-                "cpu",
-                "--cases",
-                "smoke-1",
-                "--n-trials",
-                "6",
-                "--sampler",
-                "grid",
-                "--space",
-                space_file,
-                "--trial-timeout",
-                "5",
-                "--storage",
-                url,
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    study = "study --gpu cpu --cases smoke-1 --n-trials 6 --sampler grid --trial-timeout 5"
+    assert cli(f"{study} --space {space_file} --storage {url} --quiet") == 0
     trials = [t for t in _trials(url) if t.state != TrialState.WAITING]  # grid: rest queued
     kinds = [t.user_attrs["outcome_kind"] for t in trials]
     assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
@@ -86,30 +65,8 @@ def test_injected_crash_hang_wrong_and_raise_are_recorded_and_the_study_complete
 def _worker_run(url: str, space_file: str, n: int, env: dict[str, str], monkeypatch) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert (
-        main(
-            [
-                "study",
-                "--gpu",
-                "cpu",
-                "--cases",
-                "smoke-1",
-                "--n-trials",
-                str(n),
-                "--workers",
-                "3",
-                "--no-isolation",
-                "--heartbeat",
-                "1",
-                "--space",
-                space_file,
-                "--storage",
-                url,
-                "--quiet",
-            ]
-        )
-        == 0
-    )
+    study = f"study --gpu cpu --cases smoke-1 --n-trials {n} --workers 3 --no-isolation"
+    assert cli(f"{study} --heartbeat 1 --space {space_file} --storage {url} --quiet") == 0
 
 
 def _storages(tmp_path) -> list[str]:
@@ -156,21 +113,7 @@ def test_a_corrupted_database_is_refused_with_a_message(tmp_path, capsys) -> Non
     db = tmp_path / "studies.db"
     db.write_bytes(b"this is not a database" * 100)
     before = db.read_bytes()
-    assert (
-        main(
-            [
-                "study",
-                "--gpu",
-                "cpu",
-                "--cases",
-                "smoke-1",
-                "--storage",
-                f"sqlite:///{db}",
-                "--quiet",
-            ]
-        )
-        == 2
-    )
+    assert cli(f"study --gpu cpu --cases smoke-1 --storage {f'sqlite:///{db}'} --quiet") == 2
     err = capsys.readouterr().err
     assert "not a database" in err or "cannot open storage" in err
     assert db.read_bytes() == before  # nothing written
@@ -181,7 +124,7 @@ def test_a_read_only_database_is_refused_and_left_intact(tmp_path, capsys) -> No
     optuna.storages.RDBStorage(f"sqlite:///{db}")  # an empty, valid database
     before = db.read_bytes()
     url = f"sqlite:///file:{db}?mode=ro&uri=true"
-    assert main(["study", "--gpu", "cpu", "--cases", "smoke-1", "--storage", url, "--quiet"]) == 2
+    assert cli(f"study --gpu cpu --cases smoke-1 --storage {url} --quiet") == 2
     assert "readonly" in capsys.readouterr().err.replace("-", "").replace(" ", "")
     assert db.read_bytes() == before
 
@@ -196,18 +139,7 @@ def test_a_locked_database_is_refused_after_the_wait(tmp_path, capsys, monkeypat
     release.start()
     try:
         t0 = time.monotonic()
-        code = main(
-            [
-                "study",
-                "--gpu",
-                "cpu",
-                "--cases",
-                "smoke-1",
-                "--storage",
-                f"sqlite:///{db}",
-                "--quiet",
-            ]
-        )
+        code = cli(f"study --gpu cpu --cases smoke-1 --storage {f'sqlite:///{db}'} --quiet")
         assert time.monotonic() - t0 < 20
     finally:
         release.cancel()
@@ -219,5 +151,5 @@ def test_a_locked_database_is_refused_after_the_wait(tmp_path, capsys, monkeypat
 
 
 def test_an_impossible_shape_is_refused_naming_the_field(capsys) -> None:
-    assert main(["evaluate", "--case", "8,16,30,4,64,1,causal", "--plan", "reference"]) == 2
+    assert cli("evaluate --case 8,16,30,4,64,1,causal --plan reference") == 2
     assert "num_heads" in capsys.readouterr().err
