@@ -81,6 +81,18 @@ def _subject_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             return build_candidate(plan, config, device, state_dict)
 
         return subject, None
+    if getattr(args, "oracle", False):
+        from autotune.golden import REFERENCE_TOLERANCE
+        from autotune.oracle import StreamedOracle
+
+        qc, kc = _chunks(args.oracle_chunks)
+
+        def oracle_subject(config, state_dict):  # type: ignore[no-untyped-def]
+            model = StreamedOracle(config, query_chunk=qc, key_chunk=kc)
+            model.load_state_dict(state_dict)
+            return model.eval()
+
+        return oracle_subject, REFERENCE_TOLERANCE
     if getattr(args, "table", None):
         from autotune.runtime import DispatchedTransformer, load_table
 
@@ -95,6 +107,16 @@ def _subject_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from autotune.golden import REFERENCE_TOLERANCE, reference_subject
 
     return reference_subject, REFERENCE_TOLERANCE
+
+
+def _chunks(text: str) -> tuple[int, int]:
+    try:
+        q, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise CliError(f"--oracle-chunks takes 'QUERY,KEY' chunk sizes, got {text!r}") from None
+    if q < 1 or k < 1:
+        raise CliError(f"--oracle-chunks must be positive, got {text!r}")
+    return q, k
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
@@ -206,6 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--plan", help="check this plan (JSON, @file.json or 'reference') on the CPU")
     g.add_argument("--table", help="check a generated table's dispatcher")
+    g.add_argument(
+        "--oracle",
+        action="store_true",
+        help="check the streamed exact oracle (within 1e-5, like the reference)",
+    )
+    p.add_argument(
+        "--oracle-chunks",
+        default="7,5",
+        help="query,key chunk sizes for --oracle (small, to cross chunk edges)",
+    )
     p.set_defaults(func=cmd_conformance)
 
     p = sub.add_parser("evaluate", help="gate and time one plan on one case")
