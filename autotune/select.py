@@ -71,6 +71,7 @@ class Winner:
             "trial": self.trial,
             "space_hash": self.space_hash,
             "reason": self.reason,
+            "finalists": [dict(n) for n in self.finalists],
         }
 
 
