@@ -326,6 +326,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0
 
 
+def cmd_validate(args: argparse.Namespace) -> int:
+    from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
+    from autotune.profiles import select_profile
+    from autotune.runtime import load_table
+    from autotune.validate import CANNOT_RUN, WRONG, validate_table
+
+    table = load_table(args.table)
+    selection = select_profile(args.gpu, emulate=args.emulate)
+    from autotune.cases import select_cases
+
+    cases = {c.id for c in select_cases(args.cases)} if args.cases else None
+    checks = validate_table(
+        table, selection, STUDY_TIMING if args.quick else OFFICIAL_TIMING, cases=cases
+    )
+    if any(c.verdict == WRONG for c in checks):
+        return 1
+    if args.strict and any(c.verdict == CANNOT_RUN for c in checks):
+        return 1
+    return 0
+
+
 def cmd_kernels_check(args: argparse.Namespace) -> int:
     import torch
 
@@ -434,6 +455,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.set_defaults(gpu="auto")
     p.add_argument("--csv", help="also write the rows as CSV")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("validate", help="re-verify and re-time every entry of a table here")
+    p.add_argument("--table", required=True)
+    _add_gpu(p)
+    p.set_defaults(gpu="auto")
+    p.add_argument("--cases", help="only these cases (a case spec; default: every entry)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="study timing (seconds) instead of the official protocol",
+    )
+    p.add_argument(
+        "--strict", action="store_true", help="also fail when an entry cannot run on this device"
+    )
+    p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("kernels", help="the project's Triton kernels")
     ksub = p.add_subparsers(dest="kernels_command", required=True, metavar="ACTION")

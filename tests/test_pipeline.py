@@ -278,3 +278,24 @@ def test_re_export_measures_the_shipped_entries_as_incumbents(pipeline, tmp_path
         assert "incumbent" in reason, reason
         if "incumbent kept" in reason or "re-measured fastest" in reason:
             assert entry["plan"] == shipped
+
+
+def test_validate_reports_each_entry_and_fails_on_a_wrong_one(
+    pipeline, tmp_path, capsys, monkeypatch
+) -> None:
+    table = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math", "qkv": "packed"})
+    assert cli(f"validate --table {table} --gpu cpu --quick") == 0
+    out = capsys.readouterr().out
+    assert "case smoke-1" in out and "0 WRONG" in out
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "wrong")
+    assert cli(f"validate --table {table} --gpu cpu --quick") == 1
+    assert "WRONG" in capsys.readouterr().out
+
+
+def test_validate_on_another_device_notes_it_and_says_what_cannot_run(capsys) -> None:
+    table = Path(__file__).resolve().parent.parent / "tables" / "h200.py"
+    # Cases whose plans capture CUDA graphs (the rest would crawl in the Triton interpreter).
+    assert cli(f"validate --table {table} --gpu cpu --quick --cases 1-5") == 0
+    out = capsys.readouterr().out
+    assert "made on a cuda device" in out
+    assert "5 cannot run here" in out and "cuda_graph=true needs CUDA" in out
