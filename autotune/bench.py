@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from autotune.measure import (
     peak_forward_memory,
     tensor_bytes,
 )
+from autotune.plan import Plan
+from autotune.profiles import ProfileSelection
 from autotune.reference import official_settings
 from autotune.runtime import DispatchedTransformer, DispatchTable
 
@@ -42,6 +45,13 @@ class BenchRow:
     baseline_ms: float | None = None  # --baseline: another table, same interleaved run
     baseline_speedup: float | None = None
     table_vs_baseline: float | None = None  # baseline median / table median
+    # --anchors: name -> (verdict, speedup over the reference or None), each measured
+    # against the reference in its own process (fresh Dynamo caches and limits).
+    anchors: dict[str, tuple[str, float | None]] = dataclasses.field(default_factory=dict)
+
+    def best_anchor(self) -> tuple[str, float] | None:
+        passing = [(n, s) for n, (v, s) in self.anchors.items() if v == "PASS" and s]
+        return max(passing, key=lambda t: t[1]) if passing else None
 
 
 def _dispatcher(
@@ -120,6 +130,48 @@ def bench_case(
     return row
 
 
+ANCHORS: dict[str, Plan] = {
+    "sdpa": Plan(attention="sdpa_auto"),
+    "sdpa+reduce-overhead": Plan(attention="sdpa_auto", compile="reduce-overhead"),
+    "max-autotune": Plan(attention="sdpa_auto", compile="max-autotune"),
+}
+
+
+def bench_anchors(
+    case: Case,
+    selection: ProfileSelection,
+    names: list[str],
+    timing: TimingSettings = OFFICIAL_TIMING,
+    timeout: float = 900.0,
+) -> dict[str, tuple[str, float | None]]:
+    """What a user would reach for instead, each paired with the reference in a fresh
+    process: a failing anchor is reported as failing, never timed as a win."""
+    from autotune.workers import TrialRunner
+
+    out: dict[str, tuple[str, float | None]] = {}
+    for name in names:
+        runner = TrialRunner(
+            {
+                "profile": selection.profile.name,
+                "emulated": selection.emulated,
+                "case": case.as_dict(),
+                "env": {},
+            },
+            trial_timeout=timeout,
+        )
+        try:
+            outcome = runner.evaluate(ANCHORS[name].to_dict(), dataclasses.asdict(timing))
+        finally:
+            runner.close()
+        if outcome.passed and outcome.timing is not None:
+            out[name] = ("PASS", outcome.timing.speedup)
+        elif outcome.kind.value == "wrong_result":
+            out[name] = ("FAIL", None)
+        else:
+            out[name] = (outcome.kind.value, None)
+    return out
+
+
 def summarise(rows: list[BenchRow]) -> str:
     timed = [r for r in rows if r.speedup]
     lines = [
@@ -156,6 +208,37 @@ def summarise(rows: list[BenchRow]) -> str:
             f"geometric mean {math.exp(sum(map(math.log, vs)) / len(vs)):.2f}x, "
             f"worst {min(vs):.2f}x"
         )
+    if any(r.anchors for r in rows):
+        names = list(dict.fromkeys(n for r in rows for n in r.anchors))
+        lines.append("")
+        lines.append(
+            f"{'case':<8} {'table':>8} "
+            + " ".join(f"{n:>22}" for n in names)
+            + f" {'table/best anchor':>18}"
+        )
+        ratios = []
+        for r in rows:
+            cells = []
+            for n in names:
+                verdict, speed = r.anchors.get(n, ("-", None))
+                cells.append(
+                    f"{speed:>21.2f}x" if verdict == "PASS" and speed else f"{verdict:>22}"
+                )
+            best = r.best_anchor()
+            ratio = r.speedup / best[1] if best and r.speedup else None
+            if ratio:
+                ratios.append(ratio)
+            lines.append(
+                f"{r.case:<8} {(r.speedup or 0):>7.2f}x "
+                + " ".join(cells)
+                + (f" {ratio:>17.2f}x" if ratio else f" {'-':>18}")
+            )
+        if ratios:
+            lines.append(
+                f"table over the fastest passing anchor: geometric mean "
+                f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x, "
+                f"worst {min(ratios):.2f}x"
+            )
     if timed:
         geo = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed))
         worst = min(timed, key=lambda r: r.speedup)
@@ -174,4 +257,6 @@ def write_csv(rows: list[BenchRow], path: str | Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=[f.name for f in dataclasses.fields(BenchRow)])
         writer.writeheader()
         for r in rows:
-            writer.writerow(dataclasses.asdict(r))
+            data = dataclasses.asdict(r)
+            data["anchors"] = json.dumps(r.anchors, sort_keys=True)
+            writer.writerow(data)

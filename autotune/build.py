@@ -96,12 +96,12 @@ def not_supported_reasons(
             )
     if plan.cuda_graph and not cuda:
         reasons.append("cuda_graph=true needs CUDA")
-    if plan.compile == "reduce-overhead":
+    if plan.compile in ("reduce-overhead", "max-autotune"):
         if not cuda:
-            reasons.append("compile=reduce-overhead needs CUDA (it is CUDA graphs underneath)")
+            reasons.append(f"compile={plan.compile} needs CUDA (it captures CUDA graphs)")
         if plan.cuda_graph:
             reasons.append(
-                "compile=reduce-overhead already captures CUDA graphs; set cuda_graph false"
+                f"compile={plan.compile} already captures CUDA graphs; set cuda_graph false"
             )
     if plan.compile != "none" and plan.uses_triton:
         reasons.append(
@@ -495,6 +495,10 @@ class CandidateTransformer(ReferenceTransformer):
             if backend == "sdpa_flash":
                 # Flash takes no explicit mask: a general mask goes to a backend that does.
                 backend = "sdpa_efficient" if q.is_cuda else "sdpa_math"
+        if backend == "sdpa_auto":  # PyTorch's own choice: what a user swapping in SDPA gets
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale
+            )
         with sdpa_kernel(_sdpa_backend(backend)):
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale

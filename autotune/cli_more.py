@@ -304,14 +304,29 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from autotune.runtime import load_table
 
     table = load_table(args.table)
-    device = select_profile(args.gpu, emulate=args.emulate).device
+    selection = select_profile(args.gpu, emulate=args.emulate)
+    device = selection.device
     spec = args.cases or ",".join(
         sorted({e["case"] for e in table.entries.values()}, key=_case_sort)
     )
     baseline = load_table(args.baseline) if args.baseline else None
+    from autotune.bench import ANCHORS, bench_anchors
+
+    anchors = (
+        []
+        if args.anchors is None
+        else (
+            list(ANCHORS) if args.anchors == "all" else [a.strip() for a in args.anchors.split(",")]
+        )
+    )
+    unknown = [a for a in anchors if a not in ANCHORS]
+    if unknown:
+        raise ValueError(f"unknown anchors {unknown}; valid: {', '.join(ANCHORS)} or all")
     rows = []
     for case in select_cases(spec):
         row = bench_case(case, device, table, baseline=baseline)
+        if anchors and row.speedup:
+            row.anchors = bench_anchors(case, selection, anchors)
         rows.append(row)
         print(
             f"case {case.id}: {row.verdict} "
@@ -451,6 +466,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--table", required=True)
     p.add_argument("--cases", help="case spec (default: the table's cases)")
     p.add_argument("--baseline", help="another table, timed in the same interleaved run")
+    p.add_argument(
+        "--anchors",
+        nargs="?",
+        const="all",
+        help="also the anchors a user would pick (sdpa, sdpa+reduce-overhead, "
+        "max-autotune; default all), each against the reference in its own process",
+    )
     _add_gpu(p)
     p.set_defaults(gpu="auto")
     p.add_argument("--csv", help="also write the rows as CSV")

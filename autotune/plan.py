@@ -64,6 +64,7 @@ KNOBS: tuple[Knob, ...] = (
             "sdpa_flash",
             "sdpa_cudnn",
             "triton",
+            "sdpa_auto",
         ),
         needs={
             "reference": "any device",
@@ -72,6 +73,7 @@ KNOBS: tuple[Knob, ...] = (
             "sdpa_flash": "CUDA sm_80+ with fp16/bf16 attention precision (CPU: any precision)",
             "sdpa_cudnn": "CUDA sm_80+ with fp16/bf16 attention precision",
             "triton": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
+            "sdpa_auto": "any device (PyTorch picks the backend; the 'SDPA swap' anchor)",
         },
     ),
     Knob(
@@ -117,7 +119,13 @@ KNOBS: tuple[Knob, ...] = (
         "compile",
         "none",
         "torch.compile mode of the forward",
-        choices=("none", "default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+        choices=(
+            "none",
+            "default",
+            "reduce-overhead",
+            "max-autotune-no-cudagraphs",
+            "max-autotune",
+        ),
         needs={"reduce-overhead": "CUDA, and cuda_graph false (it captures graphs itself)"},
     ),
     Knob(

@@ -299,3 +299,22 @@ def test_validate_on_another_device_notes_it_and_says_what_cannot_run(capsys) ->
     out = capsys.readouterr().out
     assert "made on a cuda device" in out
     assert "5 cannot run here" in out and "cuda_graph=true needs CUDA" in out
+
+
+def test_bench_anchors_are_measured_in_their_own_processes(pipeline, capsys) -> None:
+    assert (
+        cli(
+            f"bench --table {pipeline['table']} --gpu cpu --cases smoke-1 "
+            "--anchors sdpa,max-autotune"
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "table/best anchor" in out and "table over the fastest passing anchor" in out
+    line = next(
+        ln
+        for ln in out.splitlines()
+        if ln.startswith("smoke-1") and "x" in ln and "unsupported" in ln
+    )  # max-autotune needs CUDA: shown, never timed
+    assert line.count("x") >= 3
+    assert cli(f"bench --table {pipeline['table']} --gpu cpu --anchors nope") == 2
