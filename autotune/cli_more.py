@@ -362,6 +362,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.report import write_report
+    from autotune.runtime import load_table
+
+    storage = _storage(args.storage)
+    studies = sorted(
+        _studies_by_case(storage, args.gpu).values(),
+        key=lambda s: _case_sort(s.user_attrs["case"]["id"]),
+    )
+    table_path = Path(args.table or f"tables/{args.gpu}.py")
+    table = load_table(table_path) if table_path.is_file() else None
+    if not studies and table is None:
+        raise ValueError(
+            f"nothing to report for profile {args.gpu!r}: no studies in "
+            f"{args.storage} and no {table_path}"
+        )
+    command = (
+        " ".join(["autotune report", *sys.argv[2:]])
+        if sys.argv[1:2] == ["report"]
+        else f"autotune report --gpu {args.gpu}"
+    )
+    path = write_report(
+        profile=args.gpu,
+        studies=studies,
+        table=table,
+        bench_csv=args.bench,
+        out_dir=args.out or f"docs/results/{args.gpu}",
+        command=command,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
 def cmd_kernels_check(args: argparse.Namespace) -> int:
     import torch
 
@@ -492,6 +525,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--strict", action="store_true", help="also fail when an entry cannot run on this device"
     )
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("report", help="a markdown page with tables and figures")
+    p.add_argument("--gpu", default="cpu", help="profile whose studies and table to report")
+    p.add_argument("--storage", default=DEFAULT_STORAGE)
+    p.add_argument("--table", help="table (default tables/PROFILE.py)")
+    p.add_argument("--bench", help="a CSV from 'autotune bench --csv' (with --anchors)")
+    p.add_argument("--out", help="folder (default docs/results/PROFILE)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("kernels", help="the project's Triton kernels")
     ksub = p.add_subparsers(dest="kernels_command", required=True, metavar="ACTION")

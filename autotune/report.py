@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +176,227 @@ def plot_studies(
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def bench_frame(csv_path: str | Path) -> pd.DataFrame:
+    """Rows of ``autotune bench --csv`` (anchors decoded)."""
+    frame = pd.read_csv(csv_path, dtype={"case": str})
+    if "anchors" in frame:
+        frame["anchors"] = frame["anchors"].fillna("{}").map(json.loads)
+    return frame
+
+
+def plot_speedups(frame: pd.DataFrame, out: Path) -> Path:
+    """Per-case speedup bars (log scale): the table and every passing anchor."""
+    plt = _plt()
+    cases = list(frame["case"])
+    series: dict[str, list[float]] = {"table": [float(v or 0) for v in frame["speedup"]]}
+    if "anchors" in frame:
+        names = list(dict.fromkeys(n for a in frame["anchors"] for n in a))
+        for n in names:
+            series[n] = [
+                float(a[n][1]) if n in a and a[n][0] == "PASS" and a[n][1] else 0.0
+                for a in frame["anchors"]
+            ]
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(cases) + 2), 4))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [j + i * width for j in range(len(cases))]
+        ax.bar(xs, [v if v > 0 else float("nan") for v in values], width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("case")
+    ax.set_ylabel("speedup over the reference (log)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_history(studies: list[Any], out: Path) -> Path:
+    """Best speedup so far against trial number, one line per case."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for study in studies:
+        frame = study_frame(study).sort_values("trial")
+        if frame.empty:
+            continue
+        best = frame["speedup"].fillna(0).cummax()
+        ax.plot(frame["trial"], best, label=f"case {study.user_attrs['case']['id']}")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("best feasible speedup so far")
+    ax.set_yscale("log")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def knob_importances(studies: list[Any]) -> pd.DataFrame:
+    """Optuna's default importance (PED-ANOVA in Optuna 5) of each parameter for relative
+    latency, per case (failed plans clipped to 2x: what decides the outcome)."""
+    import warnings
+
+    import optuna
+
+    rows = []
+    for study in studies:
+        done = [
+            t
+            for t in study.get_trials(deepcopy=False)
+            if t.state == optuna.trial.TrialState.COMPLETE
+        ]
+        if len(done) < 5:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                imp = optuna.importance.get_param_importances(
+                    study, target=lambda t: min(t.values[0], 2.0), normalize=True
+                )
+        except (RuntimeError, ValueError):
+            continue
+        for name, value in imp.items():
+            rows.append(
+                {"case": study.user_attrs["case"]["id"], "param": name, "importance": value}
+            )
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    table = frame.pivot_table(index="param", columns="case", values="importance").fillna(0)
+    order = sorted(
+        table.columns,
+        key=lambda c: (not str(c).isdigit(), int(c) if str(c).isdigit() else 0, str(c)),
+    )
+    return table[order]
+
+
+def write_report(
+    *,
+    profile: str,
+    studies: list[Any],
+    table: Any,
+    bench_csv: str | Path | None,
+    out_dir: str | Path,
+    command: str,
+) -> Path:
+    """A markdown page: tables (pandas) and figures (matplotlib), with provenance."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# Results for profile `{profile}`", "", f"Made by: `{command}`", ""]
+    prov = dict(table.provenance) if table is not None else {}
+    if prov:
+        dev = prov.get("device", {})
+        vers = prov.get("versions", {})
+        lines += [
+            "## Provenance",
+            "",
+            f"- table: `{table.source}` version {table.version}, content hash "
+            f"`{table.content_hash[:16]}`",
+            f"- device: {dev.get('name')} (capability {dev.get('capability')})"
+            + (" - emulated" if prov.get("emulated") else ""),
+            f"- torch {vers.get('torch')}, triton {vers.get('triton')}, CUDA {vers.get('cuda')}, "
+            f"driver {vers.get('driver')}; project commit {prov.get('commit')}",
+            "",
+        ]
+    if bench_csv:
+        frame = bench_frame(bench_csv)
+        cols = [
+            c
+            for c in (
+                "case",
+                "verdict",
+                "ref_ms",
+                "table_ms",
+                "speedup",
+                "noise",
+                "ref_peak_mib",
+                "table_peak_mib",
+            )
+            if c in frame
+        ]
+        lines += [
+            "## Bench (official protocol)",
+            "",
+            f"From `{bench_csv}`.",
+            "",
+            frame[cols].to_markdown(index=False, floatfmt=".3g"),
+            "",
+        ]
+        timed = frame[frame["speedup"].notna()]
+        if not timed.empty:
+            geo = math.exp(timed["speedup"].map(math.log).mean())
+            lines += [
+                f"Geometric mean {geo:.2f}x over {len(timed)} cases; worst "
+                f"{timed['speedup'].min():.2f}x.",
+                "",
+            ]
+        plot_speedups(frame, out / "speedups.png")
+        lines += ["![speedups](speedups.png)", ""]
+    if table is not None:
+        rows = []
+        for _key, entry in sorted(table.entries.items(), key=lambda kv: str(kv[0])):
+            ev = entry.get("evidence", {})
+            rows.append(
+                {
+                    "case": entry.get("case"),
+                    "plan": entry.get("plan_hash") if entry.get("admitted") else "reference",
+                    "speedup": ev.get("speedup"),
+                    "noise": ev.get("noise"),
+                    "seeds": ev.get("correctness_seeds"),
+                    "padded seeds": ev.get("padded_seeds"),
+                    "worst budget share": ev.get("worst_budget_share"),
+                    "study trial": ev.get("trial"),
+                }
+            )
+        lines += [
+            "## Correctness evidence per entry",
+            "",
+            pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"),
+            "",
+        ]
+    if studies:
+        plot_studies(
+            studies,
+            out / "pareto.png",
+            {
+                e.get("evidence", {}).get("study", ""): e.get("evidence", {}).get("trial")
+                for e in (table.entries.values() if table is not None else [])
+            },
+        )
+        plot_history(studies, out / "history.png")
+        lines += [
+            "## Pareto fronts",
+            "",
+            "![pareto](pareto.png)",
+            "",
+            "## Optimisation history",
+            "",
+            "![history](history.png)",
+            "",
+        ]
+        imp = knob_importances(studies)
+        if not imp.empty:
+            lines += [
+                "## Knob importances (Optuna's PED-ANOVA, relative latency; failures at 2)",
+                "",
+                imp.to_markdown(floatfmt=".2f"),
+                "",
+            ]
+        n = sum(len(s.get_trials(deepcopy=False)) for s in studies)
+        lines += [f"{len(studies)} studies, {n} trials.", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
