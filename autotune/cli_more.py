@@ -89,6 +89,7 @@ def cmd_study(args: argparse.Namespace) -> int:
                 progress=progress,
                 isolate=not args.no_isolation,
                 trial_timeout=args.trial_timeout,
+                warm=_warm(args, storage, selection, case),
             )
         finally:
             bar.close()
@@ -102,6 +103,15 @@ def cmd_study(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warm(args: argparse.Namespace, storage: Any, selection: Any, case: Any) -> Any:
+    from autotune.study import warm_start_plans
+
+    if not args.warm_start:
+        return None
+    sources = [s.strip() for s in args.warm_start.split(",") if s.strip()]
+    return warm_start_plans(sources, storage, selection.profile.name, str(case.key))
+
+
 def _run_many(
     args: argparse.Namespace, selection: Any, case: Any, space: Any, storage: Any
 ) -> None:
@@ -110,7 +120,15 @@ def _run_many(
     from autotune.study import _study_for, completed_trials
     from autotune.workers import WorkerJob, run_workers
 
-    study = _study_for(selection, case, space, storage, args.sampler, args.seed)
+    study = _study_for(
+        selection,
+        case,
+        space,
+        storage,
+        args.sampler,
+        args.seed,
+        _warm(args, storage, selection, case),
+    )
     job = WorkerJob(
         storage_url=args.storage,
         profile=selection.profile.name,
@@ -439,6 +457,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--space",
         action="append",
         help="a search-space file (.py or .json) that overrides the built-in spaces (repeatable)",
+    )
+    p.add_argument(
+        "--warm-start",
+        metavar="FROM",
+        help="seed new studies with plans from a table file, a profile's studies "
+        "(their fastest Pareto plans) or a study name; comma-separated",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(

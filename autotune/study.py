@@ -74,16 +74,22 @@ def _finished(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
-def enqueue_defaults(study: optuna.Study, space: SearchSpace, sampler: str) -> int:
-    """Enqueue the reference and the space's defaults (every plan, for ``grid``) once."""
+def enqueue_defaults(
+    study: optuna.Study,
+    space: SearchSpace,
+    sampler: str,
+    warm: list[tuple[Plan, str]] | None = None,
+) -> int:
+    """Enqueue, once: the reference, the space's defaults, warm-start plans (with their
+    source), and for ``grid`` every plan of the space. Plans outside the space are skipped."""
     if study.trials:
         return 0
-    plans = [REFERENCE_PLAN, *space.enqueue]
+    plans = [(REFERENCE_PLAN, ""), *(warm or []), *((p, "") for p in space.enqueue)]
     if sampler == "grid":
-        plans += list(space.enumerate())
+        plans += [(p, "") for p in space.enumerate()]
     seen: set[Plan] = set()
     n = 0
-    for plan in plans:
+    for plan, source in plans:
         if plan in seen:
             continue
         seen.add(plan)
@@ -91,9 +97,58 @@ def enqueue_defaults(study: optuna.Study, space: SearchSpace, sampler: str) -> i
             params = space.params_for(plan)
         except ValueError:
             continue  # the reference may lie outside a user's space
-        study.enqueue_trial(params, user_attrs={"enqueued": True})
+        attrs: dict[str, Any] = {"enqueued": True}
+        if source:
+            attrs["warm_start"] = source
+        study.enqueue_trial(params, user_attrs=attrs)
         n += 1
     return n
+
+
+def warm_start_plans(
+    sources: list[str],
+    storage: Any,
+    profile: str,
+    exclude_case_key: str | None = None,
+    per_study: int = 4,
+) -> list[tuple[Plan, str]]:
+    """Plans to seed a new study with: a table file's admitted plans, or the fastest
+    feasible Pareto plans of other studies (a profile name: all its studies; or one study
+    name). The target case's own study is skipped."""
+    from pathlib import Path
+
+    out: list[tuple[Plan, str]] = []
+    for src in sources:
+        if src.endswith(".py") or Path(src).is_file():
+            from autotune.runtime import load_table
+
+            table = load_table(src)
+            for entry in table.entries.values():
+                if entry.get("admitted"):
+                    out.append((Plan.from_dict(entry.get("plan", {})), f"table {src}"))
+            continue
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        chosen = [n for n in names if n == src or n.split("|", 1)[0] == src]
+        if not chosen:
+            raise ValueError(
+                f"--warm-start {src!r}: no table file, profile or study of that "
+                f"name in the storage (studies: {len(names)})"
+            )
+        for name in chosen:
+            study = optuna.load_study(study_name=name, storage=storage)
+            if (
+                exclude_case_key
+                and study.user_attrs.get("case_key") == exclude_case_key
+                and name.split("|", 1)[0] == profile
+            ):
+                continue
+            from autotune.select import pareto_front
+
+            for t in pareto_front(study.get_trials(deepcopy=False))[:per_study]:
+                plan = trial_plan(t)
+                if plan is not None:
+                    out.append((plan, f"study {name} trial {t.number}"))
+    return out
 
 
 def record_outcome(trial: optuna.Trial, plan: Plan, outcome: Outcome, capacity: int) -> list[float]:
@@ -252,6 +307,7 @@ def _study_for(
     storage: Any,
     sampler: str,
     seed: int | None,
+    warm: list[tuple[Plan, str]] | None = None,
 ) -> optuna.Study:
     study = optuna.create_study(
         storage=storage,
@@ -271,7 +327,7 @@ def _study_for(
             "seed": seed,
         }.items():
             study.set_user_attr(key, value)
-    enqueue_defaults(study, space, sampler)
+    enqueue_defaults(study, space, sampler, warm)
     return study
 
 
@@ -331,9 +387,10 @@ def run_case_study(
     progress: Callable[[StudyProgress], None] | None = None,
     isolate: bool = True,
     trial_timeout: float = 600.0,
+    warm: list[tuple[Plan, str]] | None = None,
 ) -> StudySummary:
     """Run (or resume) one case's study until it has ``n_trials`` completed trials."""
-    study = _study_for(selection, case, space, storage, sampler, seed)
+    study = _study_for(selection, case, space, storage, sampler, seed, warm)
     done_before = completed_trials(study)
     remaining = n_trials - done_before
     start = time.perf_counter()

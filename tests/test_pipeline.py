@@ -318,3 +318,26 @@ def test_bench_anchors_are_measured_in_their_own_processes(pipeline, capsys) -> 
     )  # max-autotune needs CUDA: shown, never timed
     assert line.count("x") >= 3
     assert cli(f"bench --table {pipeline['table']} --gpu cpu --anchors nope") == 2
+
+
+def test_warm_start_seeds_a_new_study_with_other_studies_plans(pipeline, tmp_path) -> None:
+    import shutil
+
+    db = tmp_path / "warm.db"
+    shutil.copy(pipeline["db"].removeprefix("sqlite:///"), db)
+    url = f"sqlite:///{db}"
+    assert (
+        cli(
+            f"study --gpu cpu --cases smoke-2 --n-trials 3 --storage {url} --quiet --warm-start cpu"
+        )
+        == 0
+    )
+    (name,) = [
+        s.study_name
+        for s in optuna.get_all_study_summaries(url)
+        if s.study_name.startswith("cpu|1,256")
+    ]
+    trials = optuna.load_study(study_name=name, storage=url).get_trials()
+    sources = [t.user_attrs.get("warm_start") for t in trials if t.user_attrs.get("warm_start")]
+    assert sources and all(s.startswith("study cpu|") for s in sources)
+    assert cli(f"study --gpu cpu --cases smoke-2 --storage {url} --warm-start nowhere") == 2
