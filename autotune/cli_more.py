@@ -381,8 +381,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.report import write_report
+    from autotune.report import evaluation_markdown, write_report
     from autotune.runtime import load_table
+
+    if args.evaluations:
+        print(evaluation_markdown(args.evaluations))
+        return 0
 
     storage = _storage(args.storage)
     studies = sorted(
@@ -556,6 +560,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--table", help="table (default tables/PROFILE.py)")
     p.add_argument("--bench", help="a CSV from 'autotune bench --csv' (with --anchors)")
     p.add_argument("--out", help="folder (default docs/results/PROFILE)")
+    p.add_argument(
+        "--evaluations",
+        metavar="JSON",
+        help="instead: print markdown tables of 'autotune evaluate --json' records",
+    )
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("kernels", help="the project's Triton kernels")

@@ -44,7 +44,7 @@ def study_name(profile: str, case: Case, space: SearchSpace) -> str:
     return f"{profile}|{case.key}|{space.name}-{space.content_hash}"
 
 
-def make_sampler(name: str, seed: int | None, n_objectives: int = 2) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return optuna.samplers.TPESampler(
             seed=seed, multivariate=True, group=True, n_startup_trials=8, constant_liar=True
@@ -68,10 +68,6 @@ def environment(selection: ProfileSelection) -> dict[str, Any]:
         "versions": software_versions(),
         "commit": project_commit(),
     }
-
-
-def _finished(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
 def enqueue_defaults(
@@ -465,12 +461,3 @@ def _summary(study: optuna.Study, case: Case, new: int, start: float) -> StudySu
     return StudySummary(
         study.study_name, case, len(trials), new, len(feasible), best, time.perf_counter() - start
     )
-
-
-def load_studies(storage: str, profile: str | None = None) -> list[optuna.Study]:
-    """Every study in the storage (optionally of one profile), in name order."""
-    summaries = optuna.get_all_study_summaries(storage=storage, include_best_trial=False)
-    names = sorted(s.study_name for s in summaries)
-    if profile is not None:
-        names = [n for n in names if n.split("|", 1)[0] == profile]
-    return [optuna.load_study(study_name=n, storage=storage) for n in names]

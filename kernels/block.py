@@ -275,8 +275,9 @@ def block_reference(
     ctx = torch.matmul(probs, v).transpose(1, 2).contiguous().view(b, s, d)
     x = x + _zero_rows(F.linear(ctx, w.o_weight, w.o_bias), valid)
     h = F.layer_norm(x, (d,), w.norm2_weight, w.norm2_bias, LAYERNORM_EPS)
-    x = x + F.linear(F.gelu(F.linear(h, w.ffn_in_weight, w.ffn_in_bias)), w.ffn_out_weight,
-                     w.ffn_out_bias)
+    x = x + F.linear(
+        F.gelu(F.linear(h, w.ffn_in_weight, w.ffn_in_bias)), w.ffn_out_weight, w.ffn_out_bias
+    )
     x = _zero_rows(x, valid)
     if final_norm is not None:
         x = _zero_rows(F.layer_norm(x, (d,), final_norm[0], final_norm[1], LAYERNORM_EPS), valid)
@@ -305,26 +306,58 @@ def _gelu_exact(v):
 
 
 @triton.jit
-def _head_projection(h_op, w_ptr, b_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
-                     BLOCK_ROWS: tl.constexpr, BLOCK_HD: tl.constexpr,
-                     PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr):
+def _head_projection(
+    h_op,
+    w_ptr,
+    b_ptr,
+    col0,
+    offs_d,
+    d_ok,
+    offs_c,
+    c_ok,
+    d_model,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_HD: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):
     """``h @ W[col0:col0+hd, :]^T + b[col0:col0+hd]`` -> fp32 [BLOCK_ROWS, BLOCK_HD]."""
     cols = col0 + offs_c
     # W^T tile [BLOCK_D, BLOCK_HD]: element (k, c) = W[col0 + c, k].
-    wt = tl.load(w_ptr + cols[None, :] * d_model + offs_d[:, None],
-                 mask=d_ok[:, None] & c_ok[None, :], other=0.0)
+    wt = tl.load(
+        w_ptr + cols[None, :] * d_model + offs_d[:, None],
+        mask=d_ok[:, None] & c_ok[None, :],
+        other=0.0,
+    )
     wt = to_operand(wt, PRECISION, EMULATE_BF16_DOT)
-    acc = dot(h_op, wt, tl.zeros([BLOCK_ROWS, BLOCK_HD], dtype=tl.float32), PRECISION,
-              EMULATE_BF16_DOT)
+    acc = dot(
+        h_op, wt, tl.zeros([BLOCK_ROWS, BLOCK_HD], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
+    )
     bias = tl.load(b_ptr + cols, mask=c_ok, other=0.0)
     return acc + bias[None, :]
 
 
 @triton.jit
 def _attention_half_kernel(
-    x_ptr, out_ptr, key_lengths_ptr,
-    n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr, wo_ptr, bo_ptr,
-    seq_len, d_model, num_heads, head_dim, qk_scale, eps,
+    x_ptr,
+    out_ptr,
+    key_lengths_ptr,
+    n1w_ptr,
+    n1b_ptr,
+    wq_ptr,
+    bq_ptr,
+    wk_ptr,
+    bk_ptr,
+    wv_ptr,
+    bv_ptr,
+    wo_ptr,
+    bo_ptr,
+    seq_len,
+    d_model,
+    num_heads,
+    head_dim,
+    qk_scale,
+    eps,
     CAUSAL: tl.constexpr,
     HAS_KEY_LENGTHS: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -347,8 +380,11 @@ def _attention_half_kernel(
     c_ok = offs_c < head_dim
     row_ok = offs_m < seq_len
 
-    x_q = tl.load(x_base + offs_m[:, None] * d_model + offs_d[None, :],
-                  mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+    x_q = tl.load(
+        x_base + offs_m[:, None] * d_model + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
     h_q = _layernorm_rows(x_q, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
     h_q = to_operand(h_q, PRECISION, EMULATE_BF16_DOT)
 
@@ -363,25 +399,68 @@ def _attention_half_kernel(
     out = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     for hh in range(0, num_heads):
         col0 = hh * head_dim
-        q = _head_projection(h_q, wq_ptr, bq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
-                             BLOCK_M, BLOCK_HD, PRECISION, EMULATE_BF16_DOT)
+        q = _head_projection(
+            h_q,
+            wq_ptr,
+            bq_ptr,
+            col0,
+            offs_d,
+            d_ok,
+            offs_c,
+            c_ok,
+            d_model,
+            BLOCK_M,
+            BLOCK_HD,
+            PRECISION,
+            EMULATE_BF16_DOT,
+        )
         q = to_operand(q, PRECISION, EMULATE_BF16_DOT)
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_HD], dtype=tl.float32)
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + offs_n0
-            x_k = tl.load(x_base + offs_n[:, None] * d_model + offs_d[None, :],
-                          mask=(offs_n < seq_len)[:, None] & d_ok[None, :], other=0.0)
+            x_k = tl.load(
+                x_base + offs_n[:, None] * d_model + offs_d[None, :],
+                mask=(offs_n < seq_len)[:, None] & d_ok[None, :],
+                other=0.0,
+            )
             h_k = _layernorm_rows(x_k, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
             h_k = to_operand(h_k, PRECISION, EMULATE_BF16_DOT)
-            k = _head_projection(h_k, wk_ptr, bk_ptr, col0, offs_d, d_ok, offs_c, c_ok,
-                                 d_model, BLOCK_N, BLOCK_HD, PRECISION, EMULATE_BF16_DOT)
-            v = _head_projection(h_k, wv_ptr, bv_ptr, col0, offs_d, d_ok, offs_c, c_ok,
-                                 d_model, BLOCK_N, BLOCK_HD, PRECISION, EMULATE_BF16_DOT)
+            k = _head_projection(
+                h_k,
+                wk_ptr,
+                bk_ptr,
+                col0,
+                offs_d,
+                d_ok,
+                offs_c,
+                c_ok,
+                d_model,
+                BLOCK_N,
+                BLOCK_HD,
+                PRECISION,
+                EMULATE_BF16_DOT,
+            )
+            v = _head_projection(
+                h_k,
+                wv_ptr,
+                bv_ptr,
+                col0,
+                offs_d,
+                d_ok,
+                offs_c,
+                c_ok,
+                d_model,
+                BLOCK_N,
+                BLOCK_HD,
+                PRECISION,
+                EMULATE_BF16_DOT,
+            )
             kt = to_operand(tl.trans(k), PRECISION, EMULATE_BF16_DOT)
-            qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), PRECISION,
-                     EMULATE_BF16_DOT)
+            qk = dot(
+                q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
+            )
             qk = qk * qk_scale  # log2 domain: head_dim**-0.5 * log2(e)
             valid = (offs_n < kv_len)[None, :]
             if CAUSAL:
@@ -401,23 +480,42 @@ def _attention_half_kernel(
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no valid key at all: context 0, not NaN
         ctx = to_operand(acc / l_safe[:, None], PRECISION, EMULATE_BF16_DOT)
         # Wo[:, head]^T tile [BLOCK_HD, BLOCK_D]: element (c, n) = Wo[n, col0 + c].
-        wo_t = tl.load(wo_ptr + offs_d[None, :] * d_model + (col0 + offs_c)[:, None],
-                       mask=c_ok[:, None] & d_ok[None, :], other=0.0)
+        wo_t = tl.load(
+            wo_ptr + offs_d[None, :] * d_model + (col0 + offs_c)[:, None],
+            mask=c_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
         wo_t = to_operand(wo_t, PRECISION, EMULATE_BF16_DOT)
         out = dot(ctx, wo_t, out, PRECISION, EMULATE_BF16_DOT)
 
     out += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
     if HAS_KEY_LENGTHS:
         out = tl.where((offs_m < kv_len)[:, None], out, 0.0)  # padded query rows
-    tl.store(o_base + offs_m[:, None] * d_model + offs_d[None, :], x_q + out,
-             mask=row_ok[:, None] & d_ok[None, :])
+    tl.store(
+        o_base + offs_m[:, None] * d_model + offs_d[None, :],
+        x_q + out,
+        mask=row_ok[:, None] & d_ok[None, :],
+    )
 
 
 @triton.jit
 def _ffn_half_kernel(
-    x_ptr, out_ptr, key_lengths_ptr,
-    n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
-    num_rows, seq_len, d_model, ffn_dim, eps,
+    x_ptr,
+    out_ptr,
+    key_lengths_ptr,
+    n2w_ptr,
+    n2b_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    nfw_ptr,
+    nfb_ptr,
+    num_rows,
+    seq_len,
+    d_model,
+    ffn_dim,
+    eps,
     HAS_KEY_LENGTHS: tl.constexpr,
     FINAL_NORM: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -442,16 +540,23 @@ def _ffn_half_kernel(
         offs_f = f0 + offs_f0
         f_ok = offs_f < ffn_dim
         # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
-        w1_t = tl.load(w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
-                       mask=d_ok[:, None] & f_ok[None, :], other=0.0)
+        w1_t = tl.load(
+            w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
+            mask=d_ok[:, None] & f_ok[None, :],
+            other=0.0,
+        )
         w1_t = to_operand(w1_t, PRECISION, EMULATE_BF16_DOT)
-        a = dot(h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION,
-                EMULATE_BF16_DOT)
+        a = dot(
+            h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
+        )
         a = _gelu_exact(a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
         a = to_operand(a, PRECISION, EMULATE_BF16_DOT)  # padded columns: GELU(0) = 0
         # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
-        w2_t = tl.load(w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
-                       mask=f_ok[:, None] & d_ok[None, :], other=0.0)
+        w2_t = tl.load(
+            w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
+            mask=f_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
         w2_t = to_operand(w2_t, PRECISION, EMULATE_BF16_DOT)
         f = dot(a, w2_t, f, PRECISION, EMULATE_BF16_DOT)
     y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
@@ -481,34 +586,38 @@ def ffn_chunk(d_model: int, ffn_dim: int) -> int:
 
 
 def estimate_shared_memory_bytes(
-    *, seq_len: int, d_model: int, num_heads: int, ffn_dim: int, block_m: int,
-    num_stages: int, precision: str
+    *,
+    seq_len: int,
+    d_model: int,
+    num_heads: int,
+    ffn_dim: int,
+    block_m: int,
+    num_stages: int,
+    precision: str,
 ) -> int:
     """Shared memory of one program (the larger of the two kernels), in bytes.
 
-    A model, not a measurement: the operand tiles of every ``tl.dot`` of the inner loop
-    counted as if all were staged in shared memory at once (fp32 tiles are staged as
-    loaded, 4 B; fp16 operands add their converted copy), times ``num_stages`` for the
-    loop-carried loads. It over-estimates what Triton allocates (it reuses buffers); see
-    ``tests/kernels/test_block.py`` and the report for compiled numbers.
+    A model fitted from above to ``metadata.shared`` of both kernels compiled by Triton 3.9
+    for sm_90 (10 configurations: d_model 32..256, head_dim 8..128, block_m 16..64,
+    num_stages 1..2, ieee / tf32 / fp16). ``E`` counts the fp32 operand tiles of every
+    ``tl.dot`` (4 B each; kernel A: h_q, Wq^T, q, h_k, Wk^T, Wv^T, k^T, p, v, Wo^T; kernel B:
+    h, W1^T, a, W2^T); the compiled kernels used 0.50..0.71 E (fp32 operands) and
+    0.31..0.50 E (fp16) at num_stages 1, 0.92 E at ieee num_stages 2. The estimate is
+    ``E * (f + 0.2 * (num_stages - 1))`` with f = 0.75 for fp32 operands, 0.55 for fp16.
+    Case 1 (S 128, D 128, H 4, FFN 128, block_m 32, tf32, 1 stage): estimated 73,728 B,
+    compiled 69,632 B (kernel A) and 57,344 B (kernel B). Triton 3.6 may allocate
+    differently: a configuration under the limit can still fail with OutOfResources.
     """
     bd, bhd = padded(d_model), padded(d_model // max(num_heads, 1))
-    bm = block_m
-    bn = block_m
+    bm = bn = block_m
     bf = ffn_chunk(d_model, ffn_dim)
-    stages = max(num_stages, 1)
-    half = precision == "fp16"
-    # Kernel A, key loop: h_k [bn, bd], Wk^T and Wv^T [bd, bhd], k^T [bhd, bn], p [bm, bn],
-    # v [bn, bhd]; outside: h_q [bm, bd], q [bm, bhd], Wo^T [bhd, bd].
-    loop_a = bn * bd + 2 * bd * bhd + bhd * bn + bm * bn + bn * bhd
-    outer_a = bm * bd + bm * bhd + bhd * bd
-    # Kernel B, FFN loop: W1^T [bd, bf], a [bm, bf], W2^T [bf, bd]; outside: h [bm, bd].
-    loop_b = bd * bf + bm * bf + bf * bd
-    outer_b = bm * bd
-    per_elem = 4 + (2 if half else 0)
-    a = (stages * loop_a + outer_a) * per_elem
-    b = (stages * loop_b + outer_b) * per_elem
-    return max(a, b)
+    kernel_a = (bn * bd + 2 * bd * bhd + bhd * bn + bm * bn + bn * bhd) + (
+        bm * bd + bm * bhd + bhd * bd
+    )
+    kernel_b = (bd * bf + bm * bf + bf * bd) + bm * bd
+    elements = max(kernel_a, kernel_b)
+    factor = (0.55 if precision == "fp16" else 0.75) + 0.2 * (max(num_stages, 1) - 1)
+    return int(elements * 4 * factor)
 
 
 def not_supported_reasons(
@@ -708,8 +817,8 @@ def fused_layer(
         raise ValueError("; ".join(errors))
     if out is None:
         out = torch.empty_like(x)
-    elif tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not (
-        out.is_contiguous()
+    elif (
+        tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous()
     ):
         raise ValueError(
             f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
@@ -731,10 +840,25 @@ def fused_layer(
     emulate = is_interpreted(_attention_half_kernel)
     lengths = key_lengths if key_lengths is not None else x  # dummy pointer when unused
     _attention_half_kernel[(batch, triton.cdiv(seq_len, block_m))](
-        x, out, lengths,
-        w.norm1_weight, w.norm1_bias, w.q_weight, w.q_bias, w.k_weight, w.k_bias,
-        w.v_weight, w.v_bias, w.o_weight, w.o_bias,
-        seq_len, d_model, num_heads, head_dim, head_dim**-0.5 * LOG2_E, LAYERNORM_EPS,
+        x,
+        out,
+        lengths,
+        w.norm1_weight,
+        w.norm1_bias,
+        w.q_weight,
+        w.q_bias,
+        w.k_weight,
+        w.k_bias,
+        w.v_weight,
+        w.v_bias,
+        w.o_weight,
+        w.o_bias,
+        seq_len,
+        d_model,
+        num_heads,
+        head_dim,
+        head_dim**-0.5 * LOG2_E,
+        LAYERNORM_EPS,
         CAUSAL=bool(causal),
         HAS_KEY_LENGTHS=key_lengths is not None,
         BLOCK_M=block_m,
@@ -749,10 +873,22 @@ def fused_layer(
     num_rows = batch * seq_len
     norm_w, norm_b = final_norm if final_norm is not None else (w.norm2_weight, w.norm2_bias)
     _ffn_half_kernel[(triton.cdiv(num_rows, block_m),)](
-        out, out, lengths,
-        w.norm2_weight, w.norm2_bias, w.ffn_in_weight, w.ffn_in_bias,
-        w.ffn_out_weight, w.ffn_out_bias, norm_w, norm_b,
-        num_rows, seq_len, d_model, w.ffn_dim, LAYERNORM_EPS,
+        out,
+        out,
+        lengths,
+        w.norm2_weight,
+        w.norm2_bias,
+        w.ffn_in_weight,
+        w.ffn_in_bias,
+        w.ffn_out_weight,
+        w.ffn_out_bias,
+        norm_w,
+        norm_b,
+        num_rows,
+        seq_len,
+        d_model,
+        w.ffn_dim,
+        LAYERNORM_EPS,
         HAS_KEY_LENGTHS=key_lengths is not None,
         FINAL_NORM=final_norm is not None,
         BLOCK_M=block_m,
