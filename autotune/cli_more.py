@@ -90,6 +90,7 @@ def cmd_study(args: argparse.Namespace) -> int:
                 isolate=not args.no_isolation,
                 trial_timeout=args.trial_timeout,
                 warm=_warm(args, storage, selection, case),
+                oracle_batch=args.oracle_batch,
             )
         finally:
             bar.close()
@@ -462,6 +463,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         action="append",
         help="a search-space file (.py or .json) that overrides the built-in spaces (repeatable)",
     )
+    p.add_argument("--oracle-batch", type=int, default=1,
+                   help="where the dense reference cannot run: sequences of the batch checked "
+                   "and timed against the streamed oracle during search (recorded)")
     p.add_argument(
         "--warm-start",
         metavar="FROM",

@@ -47,14 +47,50 @@ class GateResult:
     failing_seed: tuple[int, bool] | None = None  # (seed, padded)
 
 
+def dense_reference_fits(case: Case, device: DeviceInfo) -> bool:
+    """Whether the dense reference (it materialises [B, H, S, S] scores) can run here."""
+    from autotune.measure import predict_peak_bytes
+    from autotune.plan import REFERENCE_PLAN
+
+    if case.regime == "infeasible-dense":
+        return False
+    need = predict_peak_bytes(REFERENCE_PLAN, case.config)
+    return not device.total_memory or need <= 0.9 * device.total_memory
+
+
 class CaseBench:
     """One case on one device: the reference with the official weights, inputs and
-    reference outputs generated once and reused by every plan evaluated on it."""
+    reference outputs generated once and reused by every plan evaluated on it.
 
-    def __init__(self, case: Case, device: DeviceInfo) -> None:
+    Where the dense reference cannot run (``reference="auto"`` decides from the shape and
+    the device's memory), the streamed exact oracle judges instead, on the first
+    ``oracle_batch`` sequences of the batch (rows are independent, so a subset is exact):
+    correctness and timing then both run on that subset, and ``describe()`` says so.
+    """
+
+    def __init__(self, case: Case, device: DeviceInfo, *, reference: str = "auto",
+                 oracle_batch: int = 1) -> None:
+        if reference not in ("auto", "dense", "oracle"):
+            raise ValueError(f"reference must be auto, dense or oracle, got {reference!r}")
+        if oracle_batch < 1:
+            raise ValueError(f"oracle_batch must be at least 1, got {oracle_batch}")
         self.case = case
         self.device = device
-        self.reference = build_reference(case.config, device.torch_device)
+        use_oracle = reference == "oracle" or (
+            reference == "auto" and not dense_reference_fits(case, device))
+        self.reference_kind = "oracle" if use_oracle else "dense"
+        self.config = case.config
+        dense = build_reference(case.config, device.torch_device)
+        if use_oracle:
+            from autotune.oracle import StreamedOracle
+
+            b = min(oracle_batch, case.config.batch_size)
+            self.config = dataclasses.replace(case.config, batch_size=b)
+            oracle = StreamedOracle(case.config)
+            oracle.load_state_dict(dense.state_dict())
+            self.reference = oracle.to(device.torch_device).eval()
+        else:
+            self.reference = dense
         self.state_dict = {k: v.detach().clone() for k, v in self.reference.state_dict().items()}
         self._inputs: dict[tuple[int, float], tuple[Tensor, Tensor]] = {}
         self._outputs: dict[tuple[int, float], Tensor] = {}
@@ -63,7 +99,7 @@ class CaseBench:
         key = (seed, padding_ratio)
         if key not in self._inputs:
             self._inputs[key] = generate_random_case(
-                self.case.config, self.device.torch_device, torch.float32, seed, padding_ratio
+                self.config, self.device.torch_device, torch.float32, seed, padding_ratio
             )
         return self._inputs[key]
 
@@ -77,6 +113,12 @@ class CaseBench:
             with torch.inference_mode():
                 self._outputs[key] = self.reference(x, mask)
         return self._outputs[key]
+
+    def describe(self) -> str:
+        if self.reference_kind == "dense":
+            return "dense reference, full batch"
+        return (f"streamed exact oracle on the first {self.config.batch_size} of "
+                f"{self.case.config.batch_size} sequences (the dense reference cannot run)")
 
     def release(self) -> None:
         self._inputs.clear()

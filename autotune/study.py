@@ -320,11 +320,20 @@ def _study_for(
             "space": {"name": space.name, "hash": space.content_hash, "source": space.source},
             "environment": environment(selection),
             "sampler": sampler,
+            "reference": _reference_note(case, selection),
             "seed": seed,
         }.items():
             study.set_user_attr(key, value)
     enqueue_defaults(study, space, sampler, warm)
     return study
+
+
+def _reference_note(case: Case, selection: ProfileSelection) -> str:
+    from autotune.correctness import dense_reference_fits
+
+    if dense_reference_fits(case, selection.effective_device()):
+        return "dense reference, full batch"
+    return "streamed exact oracle on a batch subset (see each trial's outcome)"
 
 
 def _evaluator(
@@ -333,6 +342,7 @@ def _evaluator(
     timing: TimingSettings,
     isolate: bool,
     trial_timeout: float,
+    oracle_batch: int = 1,
 ) -> tuple[Evaluator, Callable[[], None]]:
     """Evaluate in an isolated runner process, or in this process (``isolate=False``)."""
     from autotune.evaluate import fault_for_trial
@@ -346,6 +356,7 @@ def _evaluator(
                 "emulated": selection.emulated,
                 "case": case.as_dict(),
                 "env": {},
+                "oracle_batch": oracle_batch,
             },
             trial_timeout=trial_timeout,
         )
@@ -355,7 +366,7 @@ def _evaluator(
             return runner.evaluate(plan.to_dict(), timing_data, fault_for_trial(number))
 
         return run_isolated, runner.close
-    bench = CaseBench(case, selection.effective_device())
+    bench = CaseBench(case, selection.effective_device(), oracle_batch=oracle_batch)
 
     def run_here(plan: Plan, number: int) -> Outcome:
         return evaluate_plan(
@@ -384,6 +395,7 @@ def run_case_study(
     isolate: bool = True,
     trial_timeout: float = 600.0,
     warm: list[tuple[Plan, str]] | None = None,
+    oracle_batch: int = 1,
 ) -> StudySummary:
     """Run (or resume) one case's study until it has ``n_trials`` completed trials."""
     study = _study_for(selection, case, space, storage, sampler, seed, warm)
@@ -397,7 +409,7 @@ def run_case_study(
             state.best_speedup = max(state.best_speedup, 1.0 / t.values[0])
     if remaining <= 0:
         return _summary(study, case, 0, start)
-    evaluate, close = _evaluator(selection, case, timing, isolate, trial_timeout)
+    evaluate, close = _evaluator(selection, case, timing, isolate, trial_timeout, oracle_batch)
     objective = make_objective(study, case, space, selection.capacity_bytes, evaluate)
 
     def callback(study: optuna.Study, trial: FrozenTrial) -> None:

@@ -81,3 +81,28 @@ def test_attention_working_set_is_bounded_by_the_chunks(monkeypatch) -> None:
 def test_bad_chunk_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="query_chunk must be at least 1"):
         StreamedOracle(TransformerConfig(1, 4, 8, 2, 8, 1, True), query_chunk=0)
+
+
+def test_a_case_the_dense_reference_cannot_run_is_judged_by_the_oracle_on_a_subset(
+    cpu_device, monkeypatch
+) -> None:
+    from autotune.cases import OFFICIAL_CASES, parse_custom
+    from autotune.correctness import CaseBench, dense_reference_fits
+    from autotune.evaluate import evaluate_plan
+    from autotune.measure import TimingSettings
+    from autotune.outcome import OutcomeKind
+    from autotune.plan import Plan
+
+    assert not dense_reference_fits(OFFICIAL_CASES[13], cpu_device)  # case 14
+    assert dense_reference_fits(OFFICIAL_CASES[0], cpu_device)
+    case = parse_custom("3,40,32,2,48,2,causal")
+    bench = CaseBench(case, cpu_device, reference="oracle", oracle_batch=2)
+    assert bench.reference_kind == "oracle" and "first 2 of 3" in bench.describe()
+    x, _ = bench.timing_inputs()
+    assert x.shape[0] == 2
+    fast = TimingSettings(warmup=1, rounds=2, reps=2)
+    ok = evaluate_plan(bench, Plan(attention="sdpa_math", qkv="packed"), timing=fast)
+    assert ok.passed and ok.report.budget_share < 0.05
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "wrong")
+    bad = evaluate_plan(bench, Plan(attention="sdpa_math"), timing=None)
+    assert bad.kind is OutcomeKind.WRONG_RESULT
