@@ -94,6 +94,27 @@ def not_supported_reasons(
                 smem_bytes=device.smem_per_block or None,
                 prune_pointless=prune,
             )
+    if plan.fused_block and triton_usable(device)[0]:
+        from kernels import block as fused
+
+        if plan.gemm_precision != plan.attn_precision:
+            reasons.append(
+                "fused_block runs every product at one operand precision: set gemm_precision "
+                f"= attn_precision ({plan.attn_precision}), got {plan.gemm_precision}"
+            )
+        reasons += fused.not_supported_reasons(
+            seq_len=config.seq_len,
+            d_model=config.d_model,
+            num_heads=config.num_heads,
+            ffn_dim=config.ffn_dim,
+            block_m=plan.attn_block_m,
+            num_warps=plan.attn_warps,
+            num_stages=plan.attn_stages,
+            precision=_triton_precision(plan.attn_precision),
+            device_type=device.type,
+            capability=device.capability,
+            smem_bytes=device.smem_per_block or None,
+        )
     if plan.cuda_graph and not cuda:
         reasons.append("cuda_graph=true needs CUDA")
     if plan.compile in ("reduce-overhead", "max-autotune"):
@@ -227,6 +248,7 @@ class CandidateTransformer(ReferenceTransformer):
         self._weights: list[_LayerWeights] | None = None
         self._weights_version: tuple[int, ...] | None = None
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
+        self._block: Any = None  # fused-block weights (views of the parameters)
         self.last_route: str = ""
         self._core: Callable[..., Tensor] = self._forward_core
         if plan.compile != "none":
@@ -253,6 +275,7 @@ class CandidateTransformer(ReferenceTransformer):
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         # .to()/.cuda()/.half() replace parameter storage: derived weights must be remade.
         self._weights = None
+        self._block = None
         self._graphs.clear()
         return super()._apply(fn, recurse)
 
@@ -266,7 +289,9 @@ class CandidateTransformer(ReferenceTransformer):
                 f"valid_token_mask must be {tuple(x.shape[:2])}, got "
                 f"{tuple(valid_token_mask.shape)}"
             )
-        if self.plan.mask == "elide":
+        if self.plan.mask == "elide" or self.plan.fused_block:
+            # The fused block takes right padding as key lengths: the mask is classified
+            # (verified on its values) and a general mask takes the unfused path.
             kind = classify_mask(valid_token_mask)
         else:
             kind = MASK_NONE if valid_token_mask is None else MASK_GENERAL
@@ -309,6 +334,33 @@ class CandidateTransformer(ReferenceTransformer):
         return graph.replay(x, mask)
 
     def _forward_core(
+        self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
+    ) -> Tensor:
+        if self.plan.fused_block and kind != MASK_GENERAL:
+            return self._fused_forward(x, mask)
+        return self._unfused_forward(x, mask, kind, weights)
+
+    def _fused_forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        from kernels import block as fused
+
+        if self._block is None:
+            self._block = fused.weights_from_model(self)
+        layers, final = self._block
+        lengths = None if mask is None else mask.sum(dim=1, dtype=torch.int32)
+        return fused.fused_forward(
+            x.contiguous(),
+            layers,
+            final,
+            num_heads=self.config.num_heads,
+            causal=self.config.causal,
+            key_lengths=lengths,
+            precision=_triton_precision(self.plan.attn_precision),
+            block_m=self.plan.attn_block_m,
+            num_warps=self.plan.attn_warps,
+            num_stages=self.plan.attn_stages,
+        )
+
+    def _unfused_forward(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
         zero_rows = mask is not None

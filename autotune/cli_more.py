@@ -463,9 +463,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         action="append",
         help="a search-space file (.py or .json) that overrides the built-in spaces (repeatable)",
     )
-    p.add_argument("--oracle-batch", type=int, default=1,
-                   help="where the dense reference cannot run: sequences of the batch checked "
-                   "and timed against the streamed oracle during search (recorded)")
+    p.add_argument(
+        "--oracle-batch",
+        type=int,
+        default=1,
+        help="where the dense reference cannot run: sequences of the batch checked "
+        "and timed against the streamed oracle during search (recorded)",
+    )
     p.add_argument(
         "--warm-start",
         metavar="FROM",

@@ -68,8 +68,9 @@ class CaseBench:
     correctness and timing then both run on that subset, and ``describe()`` says so.
     """
 
-    def __init__(self, case: Case, device: DeviceInfo, *, reference: str = "auto",
-                 oracle_batch: int = 1) -> None:
+    def __init__(
+        self, case: Case, device: DeviceInfo, *, reference: str = "auto", oracle_batch: int = 1
+    ) -> None:
         if reference not in ("auto", "dense", "oracle"):
             raise ValueError(f"reference must be auto, dense or oracle, got {reference!r}")
         if oracle_batch < 1:
@@ -77,7 +78,8 @@ class CaseBench:
         self.case = case
         self.device = device
         use_oracle = reference == "oracle" or (
-            reference == "auto" and not dense_reference_fits(case, device))
+            reference == "auto" and not dense_reference_fits(case, device)
+        )
         self.reference_kind = "oracle" if use_oracle else "dense"
         self.config = case.config
         dense = build_reference(case.config, device.torch_device)
@@ -117,8 +119,10 @@ class CaseBench:
     def describe(self) -> str:
         if self.reference_kind == "dense":
             return "dense reference, full batch"
-        return (f"streamed exact oracle on the first {self.config.batch_size} of "
-                f"{self.case.config.batch_size} sequences (the dense reference cannot run)")
+        return (
+            f"streamed exact oracle on the first {self.config.batch_size} of "
+            f"{self.case.config.batch_size} sequences (the dense reference cannot run)"
+        )
 
     def release(self) -> None:
         self._inputs.clear()

@@ -184,6 +184,16 @@ KNOBS: tuple[Knob, ...] = (
         },
         group="kernels",
     ),
+    Knob(
+        "fused_block",
+        False,
+        "the whole pre-norm layer in two Triton launches (attention half, FFN half; the final "
+        "norm fused into the last); tiles from attn_block_m/attn_warps/attn_stages, operand "
+        "precision from attn_precision",
+        choices=(False, True),
+        needs={True: "CUDA with triton (or TRITON_INTERPRET=1), S, d_model, FFN <= 256"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -208,6 +218,7 @@ class Plan:
     attn_stages: int = 2
     layernorm: str = "torch"
     ffn_act: str = "torch"
+    fused_block: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -260,7 +271,12 @@ class Plan:
 
     @property
     def uses_triton(self) -> bool:
-        return self.attention == "triton" or self.layernorm == "triton" or self.ffn_act != "torch"
+        return (
+            self.attention == "triton"
+            or self.layernorm == "triton"
+            or self.ffn_act != "torch"
+            or self.fused_block
+        )
 
 
 REFERENCE_PLAN = Plan()

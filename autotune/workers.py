@@ -56,8 +56,9 @@ def _runner_main(conn: Connection, setup: dict[str, Any]) -> None:
         c["dtype"],
         c["padding_ratio"],
     )
-    bench = CaseBench(case, selection.effective_device(),
-                      oracle_batch=int(setup.get("oracle_batch", 1)))
+    bench = CaseBench(
+        case, selection.effective_device(), oracle_batch=int(setup.get("oracle_batch", 1))
+    )
     conn.send(("ready", None))
     while True:
         try:

@@ -275,6 +275,27 @@ LINEAR_CASES = (
 )
 
 
+def _run_block(precision: str, padded: bool, device: str) -> CheckResult:
+    """The fused two-launch layer stack against the project's reference model."""
+    from autotune.reference import ReferenceTransformer, TransformerConfig
+    from kernels.block import fused_forward, weights_from_model
+
+    cfg = TransformerConfig(2, 13, 32, 2, 48, 2, causal=True)
+    torch.manual_seed(11)
+    model = ReferenceTransformer(cfg).to(device).eval()
+    x = torch.randn(2, 13, 32, generator=_generator()).to(device)
+    lengths = torch.tensor([13, 9], dtype=torch.int32, device=device) if padded else None
+    mask = None if lengths is None else torch.arange(13, device=device)[None] < lengths[:, None]
+    if mask is not None:
+        x = x.masked_fill(~mask[..., None], 0.0)
+    layers, final = weights_from_model(model)
+    with torch.inference_mode():
+        ref = model(x, mask)
+        out = fused_forward(x, layers, final, num_heads=2, causal=True, key_lengths=lengths,
+                            precision=precision, block_m=16)
+    return _result(out, ref, precision)
+
+
 def iter_checks() -> Iterator[KernelCheck]:
     """Every kernel check, cheapest first within each family."""
     for case in ATTENTION_CASES:
@@ -292,6 +313,12 @@ def iter_checks() -> Iterator[KernelCheck]:
     yield KernelCheck(
         "ffn/bias_gelu/B2-S37-N40", "bias + exact GELU epilogue vs torch", _run_bias_gelu
     )
+    for precision, padded in (("tf32", False), ("fp16", True)):
+        yield KernelCheck(
+            f"block/2-layers/B2-S13-D32-H2/{precision}" + ("/padded" if padded else ""),
+            "fused two-launch layers vs the reference model",
+            lambda device, p=precision, pad=padded: _run_block(p, pad, device),
+        )
     for case in LINEAR_CASES:
         yield KernelCheck(
             case.name,
