@@ -40,8 +40,14 @@ CPU_PLANS = [
 # The project's Triton kernels, under the interpreter (small vectors only: it is slow).
 TRITON_PLANS = [
     Plan(fused_block=True, attn_block_m=16),
-    Plan(fused_block=True, attn_precision="fp16", gemm_precision="fp16", attn_block_m=16,
-         mask="elide", cuda_graph=False),
+    Plan(
+        fused_block=True,
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        attn_block_m=16,
+        mask="elide",
+        cuda_graph=False,
+    ),
     Plan(attention="triton", qkv="packed", mask="elide", attn_block_m=16, attn_block_n=16),
     Plan(
         attention="triton",
@@ -212,8 +218,9 @@ def test_fused_block_takes_a_general_mask_down_the_unfused_path(cpu_device) -> N
     cfg = TransformerConfig(2, 16, 32, 2, 48, 1, True)
     torch.manual_seed(4)
     ref = ReferenceTransformer(cfg).eval()
-    cand = build_candidate(Plan(fused_block=True, attn_block_m=16), cfg, cpu_device,
-                           ref.state_dict())
+    cand = build_candidate(
+        Plan(fused_block=True, attn_block_m=16), cfg, cpu_device, ref.state_dict()
+    )
     x = torch.randn(2, 16, 32)
     left = torch.ones(2, 16, dtype=torch.bool)
     left[0, :3] = False
@@ -224,6 +231,5 @@ def test_fused_block_takes_a_general_mask_down_the_unfused_path(cpu_device) -> N
             report = check_outputs(cand(x, mask), ref(x, mask))
             assert report.passed, report.summary()
             assert route in cand.last_route
-    reasons = not_supported_reasons(Plan(fused_block=True, gemm_precision="fp16"), cfg,
-                                    cpu_device)
+    reasons = not_supported_reasons(Plan(fused_block=True, gemm_precision="fp16"), cfg, cpu_device)
     assert any("one operand precision" in r for r in reasons)

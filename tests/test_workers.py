@@ -153,3 +153,56 @@ def test_a_locked_database_is_refused_after_the_wait(tmp_path, capsys, monkeypat
 def test_an_impossible_shape_is_refused_naming_the_field(capsys) -> None:
     assert cli("evaluate --case 8,16,30,4,64,1,causal --plan reference") == 2
     assert "num_heads" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_a_study_cleanly_and_the_same_command_resumes(tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "study",
+        "--gpu",
+        "cpu",
+        "--cases",
+        "smoke-2",
+        "--n-trials",
+        "40",
+        "--no-isolation",
+        "--storage",
+        url,
+        "--quiet",
+    ]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    done = 0
+    while time.monotonic() < deadline and done < 2:
+        time.sleep(0.5)
+        try:
+            done = sum(t.state == TrialState.COMPLETE for t in _trials(url))
+        except (ValueError, KeyError, optuna.exceptions.StorageInternalError):
+            done = 0
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err
+    states = [t.state for t in _trials(url)]
+    assert TrialState.RUNNING not in states  # the interrupted trial was closed, not left open
+    before = states.count(TrialState.COMPLETE)
+    assert before >= 2
+    target = before + 1
+    assert (
+        cli(
+            f"study --gpu cpu --cases smoke-2 --n-trials {target} --no-isolation "
+            f"--storage {url} --quiet"
+        )
+        == 0
+    )
+    assert [t.state for t in _trials(url)].count(TrialState.COMPLETE) == target
