@@ -115,6 +115,42 @@ def not_supported_reasons(
             capability=device.capability,
             smem_bytes=device.smem_per_block or None,
         )
+    if att == "polynomial":
+        if not config.causal:
+            reasons.append("attention=polynomial needs a causal model (its scan is causal)")
+        if plan.cuda_graph:
+            reasons.append(
+                "attention=polynomial reads its guard on the host each layer; set cuda_graph false"
+            )
+        if triton_usable(device)[0]:
+            from kernels import polynomial as poly
+
+            reasons += poly.not_supported_reasons(
+                head_dim=config.head_dim,
+                chunk=plan.poly_chunk,
+                precision=_triton_precision(plan.attn_precision),
+                capability=device.capability,
+            )
+            from kernels import attention as tri_attn  # the guard's exact path
+
+            reasons += tri_attn.not_supported_reasons(
+                head_dim=config.head_dim,
+                seq_len=config.seq_len,
+                block_m=plan.attn_block_m,
+                block_n=plan.attn_block_n,
+                num_warps=plan.attn_warps,
+                num_stages=plan.attn_stages,
+                precision=_triton_precision(plan.attn_precision),
+                device_type=device.type,
+                capability=device.capability,
+                smem_bytes=device.smem_per_block or None,
+                prune_pointless=prune,
+            )
+    if plan.host_io:
+        if not cuda:
+            reasons.append("host_io=true needs CUDA (on the CPU the input is already host memory)")
+        if plan.cuda_graph:
+            reasons.append("host_io=true streams chunks through the device; set cuda_graph false")
     if plan.cuda_graph and not cuda:
         reasons.append("cuda_graph=true needs CUDA")
     if plan.compile in ("reduce-overhead", "max-autotune"):
@@ -250,6 +286,9 @@ class CandidateTransformer(ReferenceTransformer):
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
         self._block: Any = None  # fused-block weights (views of the parameters)
         self.last_route: str = ""
+        # Polynomial attention: the guard's decision for every layer (and batch chunk) of
+        # the last forward, in order: what ran, and why.
+        self.guard_log: list[Any] = []
         self._core: Callable[..., Tensor] = self._forward_core
         if plan.compile != "none":
             _raise_dynamo_limits()
@@ -296,10 +335,62 @@ class CandidateTransformer(ReferenceTransformer):
         else:
             kind = MASK_NONE if valid_token_mask is None else MASK_GENERAL
         weights = self.prepared_weights()
+        self.guard_log = []
+        home = self.final_norm.weight.device
+        if home.type == "cuda" and x.device.type == "cpu":
+            self.last_route = f"host-streamed mask={kind}"
+            return self._host_streamed(x, valid_token_mask, kind, weights, home)
         if self.plan.cuda_graph and x.is_cuda:
             return self._graph_forward(x, valid_token_mask, kind, weights)
         self.last_route = f"eager mask={kind}"
         return self._chunked(x, valid_token_mask, kind, weights)
+
+    def _host_streamed(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        kind: str,
+        weights: list[_LayerWeights],
+        device: torch.device,
+    ) -> Tensor:
+        """Input and output stay in host memory; batch chunks travel to the device and
+        back on a copy stream, the next chunk's upload and the last chunk's download
+        overlapped with compute. Pinned host memory makes the copies asynchronous."""
+        b = x.shape[0]
+        chunk = self.plan.batch_chunk if 0 < self.plan.batch_chunk < b else b
+        out = torch.empty(x.shape, dtype=x.dtype, pin_memory=x.is_pinned())
+        compute = torch.cuda.current_stream(device)
+        copy = torch.cuda.Stream(device)
+        use_mask = mask is not None and kind != MASK_NONE
+
+        def upload(start: int) -> tuple[Tensor, Tensor | None, torch.cuda.Event]:
+            with torch.cuda.stream(copy):
+                xs = x[start : start + chunk].to(device, non_blocking=True)
+                ms = mask[start : start + chunk].to(device, non_blocking=True) if use_mask else None
+                ready = torch.cuda.Event()
+                ready.record(copy)
+            return xs, ms, ready
+
+        starts = list(range(0, b, chunk))
+        nxt = upload(starts[0])
+        for i, start in enumerate(starts):
+            xs, ms, ready = nxt
+            compute.wait_event(ready)
+            xs.record_stream(compute)
+            if ms is not None:
+                ms.record_stream(compute)
+            if i + 1 < len(starts):
+                nxt = upload(starts[i + 1])
+            y = self._core(xs, ms, kind, weights)
+            done = torch.cuda.Event()
+            done.record(compute)
+            with torch.cuda.stream(copy):
+                copy.wait_event(done)
+                out[start : start + chunk].copy_(y, non_blocking=True)
+                y.record_stream(copy)
+            del xs, ms, y
+        copy.synchronize()  # the host reads ``out`` as soon as this returns
+        return out
 
     def _chunked(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
@@ -462,7 +553,9 @@ class CandidateTransformer(ReferenceTransformer):
             q = self._linear(h, *w.q, keep_half=keep)
             k = self._linear(h, *w.k, keep_half=keep)
             v = self._linear(h, *w.v, keep_half=keep)
-        if self.plan.attention == "triton" and kind != MASK_GENERAL:
+        if self.plan.attention == "polynomial" and kind != MASK_GENERAL:
+            context = self._polynomial_attention(q, k, v)
+        elif self.plan.attention in ("triton", "polynomial") and kind != MASK_GENERAL:
             context = self._triton_attention(q, k, v, mask, kind)
         else:
             context = self._torch_attention(q, k, v, mask, kind)
@@ -500,6 +593,39 @@ class CandidateTransformer(ReferenceTransformer):
         )
         return out
 
+    def _polynomial_attention(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Guarded polynomial attention (causal; with right padding the key mask is a
+        no-op for valid rows, and padded rows are zeroed after out_proj). The guard's
+        decision is appended to ``guard_log``."""
+        from kernels.polynomial import guarded_attention
+
+        c = self.config
+        b, s, d = q.shape
+        shape = (b, s, c.num_heads, c.head_dim)
+        out = torch.empty(b, s, d, device=q.device, dtype=torch.float32)
+        precision = _triton_precision(self.plan.attn_precision)
+        _, decision = guarded_attention(
+            q.view(shape),
+            k.view(shape),
+            v.view(shape),
+            causal=True,
+            scale=c.head_dim**-0.5,
+            threshold=self.plan.poly_guard,
+            chunk=self.plan.poly_chunk,
+            exact_prefix=min(self.plan.poly_exact_prefix, s),
+            precision=precision,
+            out=out.view(shape),
+            exact_kwargs={
+                "block_m": self.plan.attn_block_m,
+                "block_n": self.plan.attn_block_n,
+                "num_warps": self.plan.attn_warps,
+                "num_stages": self.plan.attn_stages,
+                "precision": precision,
+            },
+        )
+        self.guard_log.append(decision)
+        return out
+
     def _torch_attention(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, kind: str
     ) -> Tensor:
@@ -521,7 +647,7 @@ class CandidateTransformer(ReferenceTransformer):
         need_key_mask = mask is not None and not (c.causal and kind == MASK_RIGHT_PADDED)
         with _matmul_precision(prec):
             if self.plan.attention == "reference" or (
-                self.plan.attention == "triton" and kind == MASK_GENERAL
+                self.plan.attention in ("triton", "polynomial") and kind == MASK_GENERAL
             ):
                 ctx = _reference_attention(
                     q, k, v, mask if need_key_mask else None, c.causal, scale

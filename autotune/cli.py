@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import glob
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -266,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     from autotune import cli_more
 
     cli_more.add_commands(sub)
+    from autotune import cli_long
+
+    cli_long.add_commands(sub)
     return parser
 
 
@@ -285,6 +289,7 @@ def _add_gpu(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv_text = [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)][1:]
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
         return int(args.func(args) or 0)

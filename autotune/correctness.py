@@ -96,6 +96,7 @@ class CaseBench:
         self.state_dict = {k: v.detach().clone() for k, v in self.reference.state_dict().items()}
         self._inputs: dict[tuple[int, float], tuple[Tensor, Tensor]] = {}
         self._outputs: dict[tuple[int, float], Tensor] = {}
+        self._reference_ms: float | None = None
 
     def inputs(self, seed: int, padding_ratio: float) -> tuple[Tensor, Tensor]:
         key = (seed, padding_ratio)
@@ -115,6 +116,27 @@ class CaseBench:
             with torch.inference_mode():
                 self._outputs[key] = self.reference(x, mask)
         return self._outputs[key]
+
+    def reference_ms(self) -> float:
+        """Median ms of the reference forward on the timing input (three runs, cached):
+        the oracle's cost, against which plans of an oracle-judged case are quoted."""
+        if self._reference_ms is None:
+            import statistics
+            import time
+
+            x, mask = self.timing_inputs()
+            times = []
+            with torch.inference_mode():
+                for _ in range(3):
+                    if x.is_cuda:
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    self.reference(x, mask)
+                    if x.is_cuda:
+                        torch.cuda.synchronize()
+                    times.append((time.perf_counter() - t0) * 1e3)
+            self._reference_ms = statistics.median(times)
+        return self._reference_ms
 
     def describe(self) -> str:
         if self.reference_kind == "dense":

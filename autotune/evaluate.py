@@ -15,7 +15,9 @@ from autotune.correctness import OFFICIAL_GATE, CaseBench, GateSettings, run_gat
 from autotune.measure import (
     STUDY_TIMING,
     TimingSettings,
+    measure_interleaved,
     measure_paired,
+    paired_stats,
     peak_forward_memory,
     predict_peak_bytes,
     tensor_bytes,
@@ -87,6 +89,34 @@ def _inject_fault(
     return model
 
 
+def _pinned(t: Tensor | None) -> Tensor | None:
+    if t is None:
+        return None
+    return t.detach().to("cpu").pin_memory()
+
+
+def _from_host(model: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
+    """A host_io plan judged on device inputs: hand it host copies, bring the output back."""
+
+    def run(x: Tensor, mask: Tensor) -> Tensor:
+        return model(_pinned(x), _pinned(mask)).to(x.device)
+
+    return run
+
+
+def _guard_summary(model: object) -> str:
+    """Which path polynomial attention took in the last forward (empty for other plans)."""
+    log = getattr(model, "guard_log", None)
+    if not log:
+        return ""
+    paths = [d.path for d in log]
+    worst = max(d.spread for d in log)
+    return (
+        f"guard: {paths.count('polynomial')}/{len(paths)} attention calls polynomial, "
+        f"largest sampled spread {worst:.3g} (threshold {log[0].threshold:g})"
+    )
+
+
 def evaluate_plan(
     bench: CaseBench,
     plan: Plan,
@@ -104,7 +134,9 @@ def evaluate_plan(
     device = bench.device
     cuda = device.type == "cuda"
     phases: dict[str, float] = {}
-    predicted = predict_peak_bytes(plan, config)
+    # Memory is predicted for the whole case: a plan must fit the full batch on the device
+    # even where correctness and timing run on the oracle's subset.
+    predicted = predict_peak_bytes(plan, bench.case.config)
     reasons = not_supported_reasons(plan, config, device, prune=True)
     if reasons:
         return Outcome(
@@ -123,6 +155,8 @@ def evaluate_plan(
             t0 = time.perf_counter()
             model = build_candidate(plan, config, device, bench.state_dict)
             fn = _inject_fault(model, fault_for_trial(None) if fault is None else fault)
+            if plan.host_io and cuda:
+                fn = _from_host(fn)
             phases["build"] = time.perf_counter() - t0
             # First forward: compile/capture happen here; its peak is the plan's peak.
             x, mask = bench.timing_inputs()
@@ -159,12 +193,26 @@ def evaluate_plan(
                         tensor_bytes(p) for p in ref.parameters()
                     )
                     ref_peak = peak_forward_memory(lambda: ref(x, mask), ref_held, cuda=cuda)
-                    stats = measure_paired(
-                        lambda: ref(x, mask), lambda: fn(x, mask), timing, cuda=cuda
-                    )
+                    if plan.host_io and cuda:  # time the plan as deployed: host in, host out
+                        xh, mh = _pinned(x), _pinned(mask)
+                        host_model = model
+                        timed = lambda: host_model(xh, mh)  # noqa: E731
+                    else:
+                        timed = lambda: fn(x, mask)  # noqa: E731
+                    if bench.reference_kind == "oracle":
+                        # The oracle takes seconds a forward: timed once per bench, not
+                        # interleaved with every trial (recorded as such by describe()).
+                        reps, [cand] = measure_interleaved([timed], timing, cuda=cuda)
+                        oracle_ms = bench.reference_ms()
+                        stats = paired_stats(
+                            (oracle_ms, [oracle_ms] * len(cand[1])), cand, reps, cuda
+                        )
+                    else:
+                        stats = measure_paired(lambda: ref(x, mask), timed, timing, cuda=cuda)
                 phases["timing"] = time.perf_counter() - t0
             return Outcome(
                 OutcomeKind.PASSED,
+                _guard_summary(model),
                 report=result.worst,
                 seeds_checked=result.seeds_checked,
                 padded_seeds_checked=result.padded_seeds_checked,

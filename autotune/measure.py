@@ -161,6 +161,8 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
         if plan.gemm_precision in low:
             derived += n_layers * (d * d + 2 * d * f) * gemm_bytes
     io = 2 * b * s * d * fp  # input and output of the whole batch
+    if plan.host_io:  # they stay in host memory: two input chunks and one output in flight
+        io = 3 * chunk * s * d * fp
     if plan.cuda_graph:
         io += 2 * b * s * d * fp  # static input and output copies
     acts = tokens * d * fp * 4  # residual, normed, attention out, ffn out
@@ -177,5 +179,34 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
         scores = chunk * h * s * fp * 2  # log-sum-exp and workspace
         if plan.mask == "apply":
             scores += chunk * s * s  # bool [B,1,S,S] mask for SDPA
+    if plan.attention == "polynomial":
+        scores = chunk * h * s * fp  # guard and exact-path bookkeeping
+        scores += _polynomial_workspace(chunk * h, s, config.head_dim, plan.poly_chunk)
     workspace = 64 * 2**20  # cuBLAS workspace, allocator rounding
     return int(weights + derived + io + acts + qkv + ffn + scores + workspace)
+
+
+def _polynomial_workspace(heads: int, seq_len: int, head_dim: int, chunk: int) -> int:
+    """Bytes of polynomial attention's chunk states for ``heads`` (batch x heads) rows."""
+    try:
+        from kernels.polynomial import workspace_bytes
+    except ImportError:  # no triton: the plan is refused anyway; a conservative figure
+        n_chunks = -(-seq_len // chunk)
+        features = 1 + head_dim + head_dim * head_dim
+        return 2 * heads * n_chunks * features * (head_dim + 1) * 4
+    return int(workspace_bytes(heads, seq_len, head_dim, chunk))
+
+
+def count_kernels(fn: Forward, *, cuda: bool) -> int | None:
+    """Device kernels one call of ``fn`` launches (CUDA-graph replays counted kernel by
+    kernel), from the profiler; memcpy/memset excluded. None on the CPU."""
+    if not cuda:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(1 for n in names if not n.lower().startswith(("memcpy", "memset")))

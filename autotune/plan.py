@@ -65,6 +65,7 @@ KNOBS: tuple[Knob, ...] = (
             "sdpa_cudnn",
             "triton",
             "sdpa_auto",
+            "polynomial",
         ),
         needs={
             "reference": "any device",
@@ -74,6 +75,8 @@ KNOBS: tuple[Knob, ...] = (
             "sdpa_cudnn": "CUDA sm_80+ with fp16/bf16 attention precision",
             "triton": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
             "sdpa_auto": "any device (PyTorch picks the backend; the 'SDPA swap' anchor)",
+            "polynomial": "CUDA with triton (or TRITON_INTERPRET=1), causal: guarded degree-2 "
+            "polynomial attention, the exact Triton kernel when the guard refuses",
         },
     ),
     Knob(
@@ -127,6 +130,14 @@ KNOBS: tuple[Knob, ...] = (
             "max-autotune",
         ),
         needs={"reduce-overhead": "CUDA, and cuda_graph false (it captures graphs itself)"},
+    ),
+    Knob(
+        "host_io",
+        False,
+        "the caller's input and output live in host memory: batch chunks are copied in and "
+        "out, overlapped with compute, so the whole batch never occupies the device",
+        choices=(False, True),
+        needs={True: "CUDA, cuda_graph false"},
     ),
     Knob(
         "cuda_graph",
@@ -185,6 +196,28 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "poly_chunk",
+        256,
+        "polynomial attention: keys per chunk of the linear scan (state memory per chunk)",
+        choices=(64, 128, 256, 512, 1024),
+        group="kernels",
+    ),
+    Knob(
+        "poly_exact_prefix",
+        0,
+        "polynomial attention: the first N query rows are computed by exact softmax attention",
+        int_range=(0, 1 << 20),
+        group="kernels",
+    ),
+    Knob(
+        "poly_guard",
+        0.5,
+        "polynomial attention: the run-time guard takes the exact path when the sampled "
+        "spread of the scaled scores max|q.k|/sqrt(hd) exceeds this",
+        choices=(0.125, 0.25, 0.5, 1.0, 2.0),
+        group="kernels",
+    ),
+    Knob(
         "fused_block",
         False,
         "the whole pre-norm layer in two Triton launches (attention half, FFN half; the final "
@@ -211,6 +244,7 @@ class Plan:
     gemm_precision: str = "fp32"
     batch_chunk: int = 0
     compile: str = "none"
+    host_io: bool = False
     cuda_graph: bool = False
     attn_block_m: int = 64
     attn_block_n: int = 64
@@ -218,6 +252,9 @@ class Plan:
     attn_stages: int = 2
     layernorm: str = "torch"
     ffn_act: str = "torch"
+    poly_chunk: int = 256
+    poly_exact_prefix: int = 0
+    poly_guard: float = 0.5
     fused_block: bool = False
 
     def __post_init__(self) -> None:
@@ -272,7 +309,7 @@ class Plan:
     @property
     def uses_triton(self) -> bool:
         return (
-            self.attention == "triton"
+            self.attention in ("triton", "polynomial")
             or self.layernorm == "triton"
             or self.ffn_act != "torch"
             or self.fused_block

@@ -51,21 +51,25 @@ def test_oracle_matches_the_dense_reference_on_odd_shapes_and_masks(causal, mask
 
 def test_attention_working_set_is_bounded_by_the_chunks(monkeypatch) -> None:
     biggest = [0]
-    real = torch.matmul
+    real_baddbmm, real_bmm = torch.Tensor.baddbmm_, torch.bmm
 
-    def spy(a, b):
-        out = real(a, b)
-        biggest[0] = max(biggest[0], out.numel())
-        return out
+    def spy(real):
+        def wrapped(*args, **kwargs):
+            out = real(*args, **kwargs)
+            biggest[0] = max(biggest[0], out.numel())
+            return out
 
-    monkeypatch.setattr(torch, "matmul", spy)
+        return wrapped
+
+    monkeypatch.setattr(torch.Tensor, "baddbmm_", spy(real_baddbmm))
+    monkeypatch.setattr(torch, "bmm", spy(real_bmm))
     b, h, s, hd, qc, kc = 1, 2, 300, 8, 32, 64
     q, k, v = (torch.randn(b, h, s, hd) for _ in range(3))
     out = streamed_attention(
         q, k, v, causal=True, key_mask=None, scale=hd**-0.5, query_chunk=qc, key_chunk=kc
     )
-    assert biggest[0] <= b * h * qc * max(kc, hd) < b * h * s * s
-    monkeypatch.setattr(torch, "matmul", real)
+    assert 0 < biggest[0] <= b * h * qc * max(kc, hd) < b * h * s * s
+    monkeypatch.undo()
     dense = (
         torch.softmax(
             (q @ k.transpose(-2, -1) * hd**-0.5).masked_fill(
