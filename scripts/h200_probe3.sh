@@ -12,7 +12,7 @@ python3 -m autotune compare --gpu h200 --cases 1-5,7,9-12 --official \
 python3 -m autotune long --case 1-13 --dense --seeds 5 --oracle-chunks 96,160 \
   --out "$OUT/oracle_vs_dense.json" 2>&1 | grep -v "^seed" | tee "$OUT/oracle_vs_dense.log"
 ROUTES="--route h200=@docs/plans/c14_exact_triton.json --route h200=@docs/plans/c14_exact_cudnn.json --route rtx5080=@docs/plans/c14_exact_triton_host.json"
-if [ -f kernels/polynomial.py ]; then
+if [ -n "${WITH_POLY:-}" ]; then
   ROUTES="$ROUTES --route h200=@docs/plans/c14_poly.json --route rtx5080=@docs/plans/c14_poly_host.json"
 fi
 timeout "${C14_TIMEOUT:-240}" python3 -m autotune long --case 14 --seeds 1 $ROUTES \
