@@ -58,7 +58,8 @@ def cmd_study(args: argparse.Namespace) -> int:
             if left <= 0:
                 print(f"time budget spent; {len(plan) - i} case(s) left for the next run")
                 break
-            timeout = left / (len(plan) - i)
+            weights = [_budget_weight(c) for c, _ in plan[i:]]
+            timeout = left * weights[0] / sum(weights)
         if args.workers > 1:
             _run_many(args, selection, case, space, storage)
             continue
@@ -192,6 +193,21 @@ def _case_of(study: Any) -> Any:
         )
         case = parse_custom(spec)
     return case
+
+
+# Share of a --timeout each case gets, by regime: launch-bound shapes converge in few
+# (fast) trials; capacity, long and projection-bound shapes have slow trials and more to find.
+BUDGET_WEIGHTS = {
+    "launch-bound": 0.6,
+    "capacity": 1.8,
+    "long-sequence": 1.6,
+    "projection-bound": 1.4,
+    "infeasible-dense": 2.0,
+}
+
+
+def _budget_weight(case: Any) -> float:
+    return BUDGET_WEIGHTS.get(case.regime, 1.0)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -454,7 +470,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         default=30,
         help="finished trials each study should reach (rerun to resume)",
     )
-    p.add_argument("--timeout", type=float, help="seconds for the whole run, shared by cases")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds for the whole run, shared by cases (weighted by regime: launch-bound "
+        "0.6, capacity 1.8, long-sequence 1.6, projection-bound 1.4, others 1)",
+    )
     p.add_argument("--storage", default=DEFAULT_STORAGE, help="any SQLAlchemy URL")
     p.add_argument("--sampler", default="tpe", help="tpe, nsga2, gp, random or grid")
     p.add_argument("--seed", type=int, default=0)

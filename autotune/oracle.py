@@ -31,56 +31,63 @@ def streamed_attention(
 ) -> Tensor:
     """softmax((q k^T) * scale + masks) v for q, k, v [b, H, S, hd], chunked.
 
-    One pass over the key chunks per query chunk: scores of a chunk are computed as the
-    reference computes them (a matmul scaled by ``scale``, fp32), masked, and folded into
-    a running row maximum, row sum and an unnormalised ``exp(score - max) @ v`` that is
-    rescaled when the maximum grows; the division by the row sum comes last. The order
-    of the sums differs from the dense reference's, nothing else. Scores are never held
-    for more than ``query_chunk x key_chunk`` at a time, and every elementwise step works
-    in place on that one buffer (this runs for minutes at case 14, and its cost is the
-    bytes moved per score). A row with no valid key gives NaN, like the reference.
+    The reference's rounding, not only its mathematics: scores are a matmul scaled by
+    ``scale`` in fp32, probabilities are ``exp(s - max) / sum`` normalised *before* the
+    matmul with V (so the TF32 rounding of the probabilities is the reference's), and
+    only the order of the sums differs. Hence two passes over the key chunks of each
+    query chunk: pass 1 gathers each row's maximum and sum (rescaled online), pass 2
+    recomputes the scores, forms the probabilities in place and accumulates ``p @ v``.
+    Scores are never held for more than ``query_chunk x key_chunk`` at a time, and each
+    pass touches a score chunk once (``kernels.rowsoftmax``: fused masks, statistics and
+    probabilities; at case 14 the oracle's cost is these bytes). A row with no valid key
+    gives NaN, like the reference.
     """
+    from kernels.rowsoftmax import probs_, row_stats
+
     b, h, s, hd = q.shape
     out = torch.empty((b * h, s, hd), device=q.device, dtype=q.dtype)
     neg_inf = float("-inf")
     q3, k3, v3 = (t.reshape(b * h, s, hd) for t in (q, k, v))
-    # Key chunks that hold a masked key pay for the mask; the others skip it (one sync).
-    masked_from: list[bool] = []
+    # Key chunks holding a masked key pay for the mask; the others skip it (one sync).
+    masked: list[bool] = []
     if key_mask is not None:
-        starts = range(0, s, key_chunk)
-        masked_from = [
+        masked = [
             bool(x)
             for x in torch.stack(
-                [(~key_mask[:, j0 : j0 + key_chunk]).any() for j0 in starts]
+                [(~key_mask[:, j0 : j0 + key_chunk]).any() for j0 in range(0, s, key_chunk)]
             ).tolist()
         ]
+
+    def scores(qi: Tensor, j0: int, j1: int) -> Tensor:
+        sc = torch.empty((b * h, qi.shape[1], j1 - j0), device=q.device, dtype=q.dtype)
+        sc.baddbmm_(qi, k3[:, j0:j1].transpose(-2, -1), beta=0.0, alpha=scale)
+        return sc.float()
+
     for i0 in range(0, s, query_chunk):
         i1 = min(s, i0 + query_chunk)
         qi = q3[:, i0:i1]
         kend = i1 if causal else s
+        chunks = [(j0, min(kend, j0 + key_chunk)) for j0 in range(0, kend, key_chunk)]
+
+        def mask_for(j0: int) -> Tensor | None:
+            return key_mask if key_mask is not None and masked[j0 // key_chunk] else None
+
+        def diagonal(j1: int, i0: int = i0) -> bool:  # some key after some query row
+            return causal and j1 - 1 > i0
+
         m = torch.full((b * h, i1 - i0), neg_inf, device=q.device, dtype=torch.float32)
         l = torch.zeros_like(m)
-        acc = torch.zeros((b * h, i1 - i0, hd), device=q.device, dtype=torch.float32)
-        for j0 in range(0, kend, key_chunk):
-            j1 = min(kend, j0 + key_chunk)
-            sc = torch.empty((b * h, i1 - i0, j1 - j0), device=q.device, dtype=q.dtype)
-            sc.baddbmm_(qi, k3[:, j0:j1].transpose(-2, -1), beta=0.0, alpha=scale)
-            sc = sc.float()
-            if causal and j1 - 1 > i0:  # some key in the chunk lies after some query row
-                rows = torch.arange(i0, i1, device=q.device)[:, None]
-                cols = torch.arange(j0, j1, device=q.device)[None, :]
-                sc.masked_fill_(cols > rows, neg_inf)
-            if key_mask is not None and masked_from[j0 // key_chunk]:
-                keys = key_mask[:, j0:j1].repeat_interleave(h, dim=0)
-                sc.masked_fill_(~keys[:, None, :], neg_inf)
-            m_new = torch.maximum(m, sc.amax(dim=-1))
+        for j0, j1 in chunks:
+            m_c, l_c = row_stats(scores(qi, j0, j1), i0, j0, diagonal(j1), mask_for(j0))
+            m_new = torch.maximum(m, m_c)
             shift = torch.where(m_new == neg_inf, 0.0, m_new)  # a row still all -inf
-            sc.sub_(shift[..., None]).exp_()
-            rescale = torch.exp(m - shift)
-            l.mul_(rescale).add_(sc.sum(dim=-1))
-            acc.mul_(rescale[..., None]).add_(torch.bmm(sc.to(q.dtype), v3[:, j0:j1]).float())
+            l = l * torch.exp(m - shift) + l_c * torch.exp(m_c - shift)
             m = m_new
-        out[:, i0:i1] = (acc / l[..., None]).to(q.dtype)
+        acc = torch.zeros((b * h, i1 - i0, hd), device=q.device, dtype=torch.float32)
+        for j0, j1 in chunks:
+            p = probs_(scores(qi, j0, j1), m, l, i0, j0, diagonal(j1), mask_for(j0))
+            acc.baddbmm_(p, v3[:, j0:j1].float())
+        out[:, i0:i1] = acc.to(q.dtype)
     return out.view(b, h, s, hd)
 
 

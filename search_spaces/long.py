@@ -1,6 +1,8 @@
 """CUDA GPUs, shapes the dense reference cannot run (case 14: B=32, S=100,000): only
-attention that never materialises scores, batch streaming to bound memory, no graphs
-(one forward is seconds long). Judged against the streamed exact oracle."""
+attention that never materialises scores (exact kernels, or the guarded polynomial
+attention), batch streaming to bound memory, the whole batch's input and output in host
+memory where the device is too small, no graphs (one forward is seconds long). Judged
+against the streamed exact oracle."""
 
 SPACE = {
     "name": "gpu-long",
@@ -16,18 +18,49 @@ SPACE = {
                 {"attention": "sdpa_cudnn", "attn_precision": "fp16"},
                 {"attention": "sdpa_flash", "attn_precision": "fp16"},
                 {"attention": "sdpa_efficient", "attn_precision": "fp32"},
+                {"attention": "polynomial", "attn_precision": "fp16"},
             ],
         },
-        {"name": "attn_block_m", "values": [64, 128], "when": {"attention": ["triton"]}},
-        {"name": "attn_block_n", "values": [32, 64, 128], "when": {"attention": ["triton"]}},
-        {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton"]}},
-        {"name": "attn_stages", "values": [2, 3], "when": {"attention": ["triton"]}},
+        {"name": "poly_chunk", "values": [128, 256, 512], "when": {"attention": ["polynomial"]}},
+        {"name": "poly_guard", "values": [0.25, 0.5, 1.0], "when": {"attention": ["polynomial"]}},
+        {
+            "name": "poly_exact_prefix",
+            "values": [0, 256],
+            "when": {"attention": ["polynomial"]},
+        },
+        {"name": "host_io", "values": [False, True]},
+        {
+            "name": "attn_block_m",
+            "values": [64, 128],
+            "when": {"attention": ["triton", "polynomial"]},
+        },
+        {
+            "name": "attn_block_n",
+            "values": [32, 64, 128],
+            "when": {"attention": ["triton", "polynomial"]},
+        },
+        {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton", "polynomial"]}},
+        {"name": "attn_stages", "values": [2, 3], "when": {"attention": ["triton", "polynomial"]}},
         {"name": "gemm_precision", "values": ["fp32", "fp16"]},
         {"name": "qkv", "values": ["separate", "packed"]},
         {"name": "batch_chunk", "values": [1, 2, 4, 8]},
     ],
     "fixed": {"heads": "strided", "mask": "elide"},
     "enqueue": [
+        {
+            "attention": "polynomial",
+            "attn_precision": "fp16",
+            "gemm_precision": "fp16",
+            "qkv": "packed",
+            "batch_chunk": 1,
+            "poly_chunk": 256,
+            "poly_guard": 0.5,
+            "poly_exact_prefix": 0,
+            "attn_block_m": 128,
+            "attn_block_n": 64,
+            "attn_warps": 8,
+            "attn_stages": 3,
+        },
         {
             "attention": "triton",
             "attn_precision": "fp16",
@@ -45,6 +78,18 @@ SPACE = {
             "gemm_precision": "fp16",
             "qkv": "packed",
             "batch_chunk": 1,
+        },
+        {
+            "attention": "triton",
+            "attn_precision": "fp16",
+            "gemm_precision": "fp16",
+            "qkv": "packed",
+            "batch_chunk": 1,
+            "host_io": True,
+            "attn_block_m": 128,
+            "attn_block_n": 64,
+            "attn_warps": 8,
+            "attn_stages": 3,
         },
     ],
 }
