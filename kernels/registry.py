@@ -291,9 +291,79 @@ def _run_block(precision: str, padded: bool, device: str) -> CheckResult:
     layers, final = weights_from_model(model)
     with torch.inference_mode():
         ref = model(x, mask)
-        out = fused_forward(x, layers, final, num_heads=2, causal=True, key_lengths=lengths,
-                            precision=precision, block_m=16)
+        out = fused_forward(
+            x,
+            layers,
+            final,
+            num_heads=2,
+            causal=True,
+            key_lengths=lengths,
+            precision=precision,
+            block_m=16,
+        )
     return _result(out, ref, precision)
+
+
+# --------------------------------------------------------------------------------------
+# Polynomial attention
+# --------------------------------------------------------------------------------------
+def _run_polynomial(precision: str, exact_prefix: int, device: str) -> CheckResult:
+    """Chunked polynomial attention on packed views vs its float64 dense reference."""
+    from kernels.polynomial import polynomial_attention, polynomial_reference
+
+    b, s, h, hd = 2, 45, 2, 16
+    qkv = torch.randn(b, s, 3 * h * hd, generator=_generator())
+    q, k, v = qkv.view(b, s, 3, h, hd).unbind(2)
+    reference = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix)
+    q_dev, k_dev, v_dev = qkv.to(device).view(b, s, 3, h, hd).unbind(2)
+    out = polynomial_attention(
+        q_dev,
+        k_dev,
+        v_dev,
+        causal=True,
+        chunk=16,
+        exact_prefix=exact_prefix,
+        precision=precision,
+        block_m=16,
+        block_n=16,
+        exact_kwargs={"block_m": 16, "block_n": 16},
+    )
+    return _result(out, reference, precision)
+
+
+def _run_polynomial_guard(device: str) -> CheckResult:
+    """The guard keeps narrow scores polynomial and sends 10x wider ones to exact attention.
+
+    Rows below 16 are exact (few keys: the s^3/6 weight error does not average out); the
+    exact path runs in ieee (fp16 exact attention loses ~1e-2 at scores of ~30).
+    """
+    from kernels.attention import attention_reference
+    from kernels.polynomial import guarded_attention
+
+    b, s, h, hd = 2, 40, 2, 16
+    gen = _generator()
+    q, k, v = (torch.randn(b, s, h, hd, generator=gen) for _ in range(3))
+    q, k = 0.3 * q, 0.3 * k
+    results = []
+    for widen, path in ((1.0, "polynomial"), (10.0, "exact")):
+        qw, kw = widen * q, widen * k
+        out, decision = guarded_attention(
+            qw.to(device),
+            kw.to(device),
+            v.to(device),
+            causal=True,
+            threshold=1.0,
+            chunk=16,
+            exact_prefix=16,
+            precision="fp16",
+            exact_kwargs={"block_m": 16, "block_n": 16, "precision": "ieee"},
+            polynomial_kwargs={"block_m": 16, "block_n": 16},
+        )
+        result = _result(out, attention_reference(qw, kw, v, causal=True), "fp16")
+        if decision.path != path:
+            result = CheckResult(False, result.max_abs_err, f"{decision} (expected {path})")
+        results.append(result)
+    return _combine(results)
 
 
 def iter_checks() -> Iterator[KernelCheck]:
@@ -325,3 +395,15 @@ def iter_checks() -> Iterator[KernelCheck]:
             "Triton GEMM + bias (+ exact GELU) vs torch",
             lambda device, c=case: _run_linear(c, device),
         )
+    for precision, exact_prefix in (("fp16", 0), ("ieee", 7)):
+        suffix = f"-exact{exact_prefix}" if exact_prefix else ""
+        yield KernelCheck(
+            f"polynomial/B2-S45-H2-hd16-c16{suffix}/{precision}",
+            "chunked polynomial attention vs float64 reference",
+            lambda device, p=precision, n=exact_prefix: _run_polynomial(p, n, device),
+        )
+    yield KernelCheck(
+        "polynomial/guard/B2-S40-H2-hd16/fp16",
+        "score-spread guard picks polynomial / exact; output vs exact attention",
+        _run_polynomial_guard,
+    )
