@@ -130,6 +130,8 @@ def not_supported_reasons(
                 chunk=plan.poly_chunk,
                 precision=_triton_precision(plan.attn_precision),
                 capability=device.capability,
+                device_type=device.type,
+                smem_bytes=device.smem_per_block or None,
             )
             from kernels import attention as tri_attn  # the guard's exact path
 

@@ -181,32 +181,28 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
             scores += chunk * s * s  # bool [B,1,S,S] mask for SDPA
     if plan.attention == "polynomial":
         scores = chunk * h * s * fp  # guard and exact-path bookkeeping
-        scores += _polynomial_workspace(chunk * h, s, config.head_dim, plan.poly_chunk)
+        scores += _polynomial_workspace(plan, chunk, config)
     workspace = 64 * 2**20  # cuBLAS workspace, allocator rounding
     return int(weights + derived + io + acts + qkv + ffn + scores + workspace)
 
 
-def _polynomial_workspace(heads: int, seq_len: int, head_dim: int, chunk: int) -> int:
-    """Bytes of polynomial attention's chunk states for ``heads`` (batch x heads) rows."""
+def _polynomial_workspace(plan: Plan, batch: int, config: TransformerConfig) -> int:
+    """Bytes of polynomial attention's chunk states for one batch chunk."""
+    precision = "tf32" if plan.attn_precision == "fp32" else plan.attn_precision
     try:
         from kernels.polynomial import workspace_bytes
-    except ImportError:  # no triton: the plan is refused anyway; a conservative figure
-        n_chunks = -(-seq_len // chunk)
-        features = 1 + head_dim + head_dim * head_dim
-        return 2 * heads * n_chunks * features * (head_dim + 1) * 4
-    return int(workspace_bytes(heads, seq_len, head_dim, chunk))
 
-
-def count_kernels(fn: Forward, *, cuda: bool) -> int | None:
-    """Device kernels one call of ``fn`` launches (CUDA-graph replays counted kernel by
-    kernel), from the profiler; memcpy/memset excluded. None on the CPU."""
-    if not cuda:
-        return None
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return sum(1 for n in names if not n.lower().startswith(("memcpy", "memset")))
+        return int(
+            workspace_bytes(
+                batch=batch,
+                seq_len=config.seq_len,
+                num_heads=config.num_heads,
+                head_dim=config.head_dim,
+                chunk=plan.poly_chunk,
+                precision=precision,
+            )
+        )
+    except (ImportError, ValueError):  # no triton, or a config the plan check refuses
+        hd = config.head_dim
+        n_chunks = -(-config.seq_len // plan.poly_chunk)
+        return batch * config.num_heads * n_chunks * (1 + hd + hd * hd) * (hd + 1) * 4
