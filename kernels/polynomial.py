@@ -58,6 +58,25 @@ q, k, v read once each from HBM (38 MB as fp32 views; kernel 1 re-reads k, v onc
 feature block, from L2) + workspace written and read once (2 x 121.8 MB) + out (25.6 MB).
 Case 14 has 32 x 16 x 2 = 1024 (b, h, layer) slices: 6.7e13 FLOP, ~0.26 TB of traffic.
 
+Measured (H200, Triton 3.6, B 1, S 100,000, 16 heads of 64, fp32 packed views, fp16,
+chunk 256, block_m 64, block_n 64, feature_tile 8, 4 warps; nested chunk / sub-step
+loops, before the loops were flattened): 16.6 ms per batch row (kernel 1 11.5 ms = 42
+TFLOP/s, kernel 2 5.0 ms), i.e. ~1.06 s for case 14's 64 (batch row, layer) slices,
+against 44.9 ms (2.9 s) for cuDNN SDPA in fp16; 8 warps, chunk 512 / block_m 128 and
+feature_tile 16 were slower (20-24 ms). Kernel 1's grid at B 1 is only 592 programs
+with short inner loops: the loops are now flat (one pipelined loop, snapshot stores
+under a condition), which has NOT been timed on a GPU yet. Compiled on the H200 the
+kernels matched the reference (fp16 1.3e-3, ieee 1.3e-6 max abs error at S 700) and
+exact softmax on small scores (0.3 randn q, k: 9.2e-4 over 1M elements).
+
+Accuracy (float64, LayerNorm + default-Linear inputs as in case 14, score std 0.33):
+degree 2 is NOT a drop-in at the attention output: rows averaging few keys err by up
+to 0.025 (rows < 16), 0.013 (< 256), 0.0045 (< 4096), and since k and v are both linear
+in the same x the ``s^3 / 6`` weight error is correlated with v and leaves a ~1e-3 bias
+even at S = 32,768 (max 0.0019 over the last 64 rows, atol is 0.002). ``exact_prefix``
+removes the early rows; whether the layer passes must be judged end to end (out_proj,
+the residual and the final LayerNorm follow) against the streamed oracle.
+
 Interface. As :func:`kernels.attention.attention`: q, k, v ``[B, S, H, hd]`` views with
 any strides (last-dim stride 1), e.g. slices of a packed QKV projection; fp32 inputs are
 converted to the operand type in the kernels, fp16 inputs (fp16 precision only) are used
@@ -186,6 +205,7 @@ def _prefix_state_kernel(
     full chunks (all but the last) enter a snapshot, so no key is ever masked here.
     """
     num_blocks = 1 + NUM_TILES * (NUM_TILES + 1) // 2
+    steps = CHUNK // BLOCK_N
     pid = tl.program_id(0)
     fb = pid % num_blocks
     bh = pid // num_blocks
@@ -201,42 +221,44 @@ def _prefix_state_kernel(
         lin_acc = tl.zeros([BLOCK_D, BLOCK_D], dtype=tl.float32)
         lin_z = tl.zeros([BLOCK_D], dtype=tl.float32)
         v_sum = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for snap in range(0, num_snapshots):
-            for sub in range(0, CHUNK, BLOCK_N):
-                offs_n = snap * CHUNK + sub + offs_n0
-                kt_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None]
-                v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
-                if EVEN_D:
-                    kt = tl.load(kt_ptrs).to(tl.float32)
-                    v = tl.load(v_ptrs)
-                else:
-                    kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0).to(tl.float32)
-                    v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-                kt = kt * sqrt_scale
-                lin_acc = dot(
-                    to_operand(kt, PRECISION, EMULATE_BF16_DOT),
-                    to_operand(v, PRECISION, EMULATE_BF16_DOT),
-                    lin_acc,
-                    PRECISION,
-                    EMULATE_BF16_DOT,
+        # One flat loop (pipelined as a whole); a snapshot after each chunk's last step.
+        for step in range(0, num_snapshots * steps):
+            offs_n = step * BLOCK_N + offs_n0
+            kt_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None]
+            v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
+            if EVEN_D:
+                kt = tl.load(kt_ptrs).to(tl.float32)
+                v = tl.load(v_ptrs)
+            else:
+                kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0).to(tl.float32)
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+            kt = kt * sqrt_scale
+            lin_acc = dot(
+                to_operand(kt, PRECISION, EMULATE_BF16_DOT),
+                to_operand(v, PRECISION, EMULATE_BF16_DOT),
+                lin_acc,
+                PRECISION,
+                EMULATE_BF16_DOT,
+            )
+            lin_z += tl.sum(kt, 1)
+            v_sum += tl.sum(v.to(tl.float32), 0)
+            if (step + 1) % steps == 0:
+                snap = step // steps
+                inv = 1.0 / ((snap + 1) * CHUNK)
+                num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
+                den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
+                tl.store(
+                    num_base + offs_d,
+                    (v_sum * inv).to(ws_num_ptr.dtype.element_ty),
+                    mask=d_ok,
                 )
-                lin_z += tl.sum(kt, 1)
-                v_sum += tl.sum(v.to(tl.float32), 0)
-            inv = 1.0 / ((snap + 1) * CHUNK)
-            num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
-            den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
-            tl.store(
-                num_base + offs_d,
-                (v_sum * inv).to(ws_num_ptr.dtype.element_ty),
-                mask=d_ok,
-            )
-            tl.store(den_base, 1.0)
-            tl.store(
-                num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
-                (lin_acc * inv).to(ws_num_ptr.dtype.element_ty),
-                mask=d_ok[None, :],
-            )
-            tl.store(den_base + 1 + offs_d, lin_z * inv)
+                tl.store(den_base, 1.0)
+                tl.store(
+                    num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
+                    (lin_acc * inv).to(ws_num_ptr.dtype.element_ty),
+                    mask=d_ok[None, :],
+                )
+                tl.store(den_base + 1 + offs_d, lin_z * inv)
     else:
         # Quadratic tile pair number fb - 1 -> (tile_a, tile_b), tile_a <= tile_b.
         rest = fb - 1
@@ -256,41 +278,43 @@ def _prefix_state_kernel(
         b_ok = offs_b < head_dim
         quad_acc = tl.zeros([TILE * TILE, BLOCK_D], dtype=tl.float32)
         quad_z = tl.zeros([TILE * TILE], dtype=tl.float32)
-        for snap in range(0, num_snapshots):
-            for sub in range(0, CHUNK, BLOCK_N):
-                offs_n = snap * CHUNK + sub + offs_n0
-                ka_ptrs = k_base + offs_n[None, :] * stride_ks + offs_a[:, None]
-                kb_ptrs = k_base + offs_n[None, :] * stride_ks + offs_b[:, None]
-                v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
-                if EVEN_D:
-                    ka = tl.load(ka_ptrs).to(tl.float32)
-                    kb = tl.load(kb_ptrs).to(tl.float32)
-                    v = tl.load(v_ptrs)
-                else:
-                    ka = tl.load(ka_ptrs, mask=a_ok[:, None], other=0.0).to(tl.float32)
-                    kb = tl.load(kb_ptrs, mask=b_ok[:, None], other=0.0).to(tl.float32)
-                    v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-                feat = tl.reshape(ka[:, None, :] * kb[None, :, :], (TILE * TILE, BLOCK_N))
-                feat = feat * weight
-                quad_acc = dot(
-                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                    to_operand(v, PRECISION, EMULATE_BF16_DOT),
-                    quad_acc,
-                    PRECISION,
-                    EMULATE_BF16_DOT,
-                )
-                quad_z += tl.sum(feat, 1)
-            inv = 1.0 / ((snap + 1) * CHUNK)
-            row0 = 1 + BLOCK_D + (fb - 1) * (TILE * TILE)
-            offs_f = row0 + tl.arange(0, TILE * TILE)
-            num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
-            den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
-            tl.store(
-                num_base + offs_f[:, None] * head_dim + offs_d[None, :],
-                (quad_acc * inv).to(ws_num_ptr.dtype.element_ty),
-                mask=d_ok[None, :],
+        # One flat loop (pipelined as a whole); a snapshot after each chunk's last step.
+        for step in range(0, num_snapshots * steps):
+            offs_n = step * BLOCK_N + offs_n0
+            ka_ptrs = k_base + offs_n[None, :] * stride_ks + offs_a[:, None]
+            kb_ptrs = k_base + offs_n[None, :] * stride_ks + offs_b[:, None]
+            v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
+            if EVEN_D:
+                ka = tl.load(ka_ptrs).to(tl.float32)
+                kb = tl.load(kb_ptrs).to(tl.float32)
+                v = tl.load(v_ptrs)
+            else:
+                ka = tl.load(ka_ptrs, mask=a_ok[:, None], other=0.0).to(tl.float32)
+                kb = tl.load(kb_ptrs, mask=b_ok[:, None], other=0.0).to(tl.float32)
+                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+            feat = tl.reshape(ka[:, None, :] * kb[None, :, :], (TILE * TILE, BLOCK_N))
+            feat = feat * weight
+            quad_acc = dot(
+                to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+                to_operand(v, PRECISION, EMULATE_BF16_DOT),
+                quad_acc,
+                PRECISION,
+                EMULATE_BF16_DOT,
             )
-            tl.store(den_base + offs_f, quad_z * inv)
+            quad_z += tl.sum(feat, 1)
+            if (step + 1) % steps == 0:
+                snap = step // steps
+                inv = 1.0 / ((snap + 1) * CHUNK)
+                row0 = 1 + BLOCK_D + (fb - 1) * (TILE * TILE)
+                offs_f = row0 + tl.arange(0, TILE * TILE)
+                num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
+                den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
+                tl.store(
+                    num_base + offs_f[:, None] * head_dim + offs_d[None, :],
+                    (quad_acc * inv).to(ws_num_ptr.dtype.element_ty),
+                    mask=d_ok[None, :],
+                )
+                tl.store(den_base + offs_f, quad_z * inv)
 
 
 @triton.jit
@@ -379,39 +403,44 @@ def _output_kernel(
         # Quadratic tile pairs (A <= B), in the kernel-1 order.
         offs_t = tl.arange(0, TILE)
         offs_f = tl.arange(0, TILE * TILE)
-        row0 = 1 + BLOCK_D
-        for tile_a in range(0, NUM_TILES):
+        # One flat loop over the tile pairs (A <= B) in the kernel-1 order.
+        tile_a = chunk * 0
+        tile_b = chunk * 0
+        for pair in range(0, NUM_TILES * (NUM_TILES + 1) // 2):
             offs_a = tile_a * TILE + offs_t
+            offs_b = tile_b * TILE + offs_t
             qa = tl.load(
                 q_base + offs_m[:, None] * stride_qs + offs_a[None, :],
                 mask=row_ok[:, None] & (offs_a < head_dim)[None, :],
                 other=0.0,
             )
+            qb = tl.load(
+                q_base + offs_m[:, None] * stride_qs + offs_b[None, :],
+                mask=row_ok[:, None] & (offs_b < head_dim)[None, :],
+                other=0.0,
+            )
             qa = qa.to(tl.float32) * sqrt_scale
-            for tile_b in range(tile_a, NUM_TILES):
-                offs_b = tile_b * TILE + offs_t
-                qb = tl.load(
-                    q_base + offs_m[:, None] * stride_qs + offs_b[None, :],
-                    mask=row_ok[:, None] & (offs_b < head_dim)[None, :],
-                    other=0.0,
-                )
-                qb = qb.to(tl.float32) * sqrt_scale
-                feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
-                state = tl.load(
-                    num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
-                    mask=d_ok[None, :],
-                    other=0.0,
-                )
-                z = tl.load(den_base + row0 + offs_f)
-                inter = dot(
-                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                    to_operand(state, PRECISION, EMULATE_BF16_DOT),
-                    inter,
-                    PRECISION,
-                    EMULATE_BF16_DOT,
-                )
-                inter_den += tl.sum(feat * z[None, :], 1)
-                row0 += TILE * TILE
+            qb = qb.to(tl.float32) * sqrt_scale
+            feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
+            row0 = 1 + BLOCK_D + pair * (TILE * TILE)
+            state = tl.load(
+                num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
+                mask=d_ok[None, :],
+                other=0.0,
+            )
+            z = tl.load(den_base + row0 + offs_f)
+            inter = dot(
+                to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+                to_operand(state, PRECISION, EMULATE_BF16_DOT),
+                inter,
+                PRECISION,
+                EMULATE_BF16_DOT,
+            )
+            inter_den += tl.sum(feat * z[None, :], 1)
+            tile_b += 1
+            wrap = tile_b == NUM_TILES
+            tile_a = tl.where(wrap, tile_a + 1, tile_a)
+            tile_b = tl.where(wrap, tile_a, tile_b)
         count = (chunk * CHUNK) * 1.0
         num = inter * count
         den = inter_den * count
