@@ -206,3 +206,18 @@ def _polynomial_workspace(plan: Plan, batch: int, config: TransformerConfig) -> 
         hd = config.head_dim
         n_chunks = -(-config.seq_len // plan.poly_chunk)
         return batch * config.num_heads * n_chunks * (1 + hd + hd * hd) * (hd + 1) * 4
+
+
+def count_kernels(fn: Forward, *, cuda: bool) -> int | None:
+    """Device kernels one call of ``fn`` launches (CUDA-graph replays counted kernel by
+    kernel), from the profiler; memcpy/memset excluded. None on the CPU."""
+    if not cuda:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(1 for n in names if not n.lower().startswith(("memcpy", "memset")))

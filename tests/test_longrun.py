@@ -1,0 +1,184 @@
+"""Whole-batch verification against the oracle (``autotune long``), side-by-side plan
+comparison (``autotune compare``), host I/O and polynomial plans, budget weights."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from autotune.cases import parse_custom
+from autotune.longrun import Route, compare_sliced, merge_reports, verify_full_batch
+from autotune.plan import REFERENCE_PLAN, Plan
+from autotune.reference import check_outputs
+from tests.conftest import cli
+
+SMALL = "2,48,32,2,48,2,causal"
+
+
+def test_every_route_is_checked_on_the_whole_batch_of_every_seed(cpu_device) -> None:
+    case = parse_custom(SMALL)
+    routes = [
+        Route("library", Plan(attention="sdpa_math", qkv="packed"), cpu_device),
+        Route("dense", REFERENCE_PLAN, cpu_device, dense_reference=True),
+    ]
+    logs: list[str] = []
+    records = verify_full_batch(
+        case, routes, seeds=(1234, 1235), oracle_chunks=(16, 8), log=logs.append
+    )
+    per_seed = case.config.batch_size * case.config.seq_len * case.config.d_model
+    for rec in records:
+        s = rec.summary()
+        assert rec.passed and s["failed"] == 0 and s["elements"] == 2 * per_seed
+        assert s["seeds"] == [1234, 1235] and s["max_abs_err"] < 1e-5
+    assert sum("oracle" in line for line in logs) == 2  # one oracle output per seed
+
+
+def test_a_wrong_route_fails_with_its_count_and_the_others_still_run(
+    cpu_device, monkeypatch
+) -> None:
+    import autotune.longrun as longrun
+
+    real = longrun.build_candidate
+
+    def build(plan, config, device, state):  # type: ignore[no-untyped-def]
+        model = real(plan, config, device, state)
+        if plan.qkv == "packed":
+            forward = model.forward
+            model.forward = lambda x, m=None: forward(x, m) + 0.01  # type: ignore[method-assign]
+        return model
+
+    monkeypatch.setattr(longrun, "build_candidate", build)
+    case = parse_custom(SMALL)
+    wrong, right = verify_full_batch(
+        case,
+        [
+            Route("wrong", Plan(qkv="packed"), cpu_device),
+            Route("right", Plan(heads="strided"), cpu_device),
+        ],
+        seeds=(1234,),
+        oracle_chunks=(16, 8),
+        log=lambda _: None,
+    )
+    assert not wrong.passed and wrong.summary()["failed"] > 0
+    assert right.passed
+
+
+def test_sliced_comparison_is_the_rule_over_the_whole_tensor() -> None:
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(5, 7, 3, generator=g)
+    out = ref.clone()
+    out[3, 2, 1] += 0.5
+    out[1, 0, 0] += 0.3
+    whole = check_outputs(out, ref)
+    sliced = compare_sliced(out, ref, torch.device("cpu"), rows=2)
+    assert sliced.n_failed == whole.n_failed == 2
+    assert sliced.worst_index == whole.worst_index
+    assert sliced.budget_share == pytest.approx(whole.budget_share)
+    assert merge_reports([(0, check_outputs(ref, ref))]).passed
+
+
+def test_long_cli_refuses_what_it_cannot_do(tmp_path, capsys) -> None:
+    assert cli("long --case 14 --device cpu") == 2
+    assert "at least one --route" in capsys.readouterr().err
+    assert cli("long --case 14 --device cpu --route rtx5080=reference") == 2
+    assert "needs a CUDA GPU to emulate" in capsys.readouterr().err
+    assert cli(f"long --case {SMALL} --device cpu --route cpu=reference") == 2
+    assert "--force" in capsys.readouterr().err
+    assert cli("long --case 14 --device cpu --route cpu=reference --oracle-chunks 5") == 2
+    assert "--oracle-chunks" in capsys.readouterr().err
+    assert cli("long --case 14 --device cpu --route nosuchgpu=reference") == 2
+    assert "unknown GPU profile" in capsys.readouterr().err
+
+
+def test_long_cli_writes_the_record(tmp_path, capsys) -> None:
+    out = tmp_path / "long.json"
+    code = cli(
+        f"long --case {SMALL} --device cpu --dense --seeds 1 --oracle-chunks 16,8 "
+        f"--route cpu={json.dumps(json.dumps({'attention': 'sdpa_math'}))} --out {out}"
+    )
+    assert code == 0, capsys.readouterr()
+    record = json.loads(out.read_text())
+    assert record["oracle"] == {"query_chunk": 16, "key_chunk": 8, "batch_chunk": 1}
+    assert [r["passed"] for r in record["routes"]] == [True, True]
+    assert record["command"].startswith("autotune long --case")
+
+
+def test_compare_prints_every_plan_against_the_reference(capsys) -> None:
+    code = cli(
+        "compare --cases smoke-1 --plan reference "
+        + "--plan "
+        + json.dumps(json.dumps({"attention": "sdpa_math", "qkv": "packed"}))
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = [line for line in out.splitlines() if line.startswith("smoke-1 |")]
+    assert len(rows) == 3 and all(line.endswith("pass") for line in rows)
+
+
+def test_host_io_needs_cuda_and_no_graph(cpu_device) -> None:
+    from autotune.build import not_supported_reasons
+    from autotune.measure import predict_peak_bytes
+
+    case = parse_custom(SMALL)
+    reasons = not_supported_reasons(Plan(host_io=True), case.config, cpu_device)
+    assert any("host_io=true needs CUDA" in r for r in reasons)
+    big = parse_custom("32,100000,1024,16,1024,2,causal")
+    device_io = predict_peak_bytes(Plan(batch_chunk=1, attention="sdpa_efficient"), big.config)
+    host_io = predict_peak_bytes(
+        Plan(batch_chunk=1, attention="sdpa_efficient", host_io=True), big.config
+    )
+    # The whole batch's input and output (2 x 12.2 GiB) leave the device.
+    assert device_io - host_io > 24 * 2**30 - 3 * 2**30
+
+
+def test_polynomial_plan_runs_and_reports_its_guard(cpu_device) -> None:
+    from autotune.correctness import CaseBench
+    from autotune.evaluate import evaluate_plan
+
+    case = parse_custom("2,40,32,2,48,2,causal")
+    bench = CaseBench(case, cpu_device)
+    plan = Plan(
+        attention="polynomial",
+        attn_precision="ieee",
+        mask="elide",
+        poly_chunk=64,
+        poly_guard=0.125,
+        attn_block_m=16,
+        attn_block_n=16,
+    )
+    outcome = evaluate_plan(bench, plan, timing=None)
+    # Default nn.Linear weights give scaled scores far above 0.125: the guard refuses
+    # the polynomial and the exact path passes the rule.
+    assert outcome.passed, outcome.summary_line()
+    assert "0/2 attention calls polynomial" in outcome.message
+    noncausal = parse_custom("2,40,32,2,48,2,noncausal")
+    from autotune.build import not_supported_reasons
+
+    assert any("causal" in r for r in not_supported_reasons(plan, noncausal.config, cpu_device))
+
+
+def test_oracle_judged_timing_quotes_the_cached_oracle_time(cpu_device) -> None:
+    from autotune.correctness import CaseBench
+    from autotune.evaluate import evaluate_plan
+    from autotune.measure import TimingSettings
+
+    case = parse_custom("3,40,32,2,48,2,causal")
+    bench = CaseBench(case, cpu_device, reference="oracle", oracle_batch=1)
+    fast = TimingSettings(warmup=1, rounds=2, reps=2)
+    a = evaluate_plan(bench, Plan(attention="sdpa_math"), timing=fast)
+    b = evaluate_plan(bench, Plan(attention="sdpa_math", qkv="packed"), timing=fast)
+    assert a.passed and b.passed
+    assert a.timing.ref_median_ms == b.timing.ref_median_ms == bench.reference_ms()
+
+
+def test_study_budget_is_weighted_by_regime() -> None:
+    from autotune.cases import get_case
+    from autotune.cli_more import _budget_weight
+
+    assert _budget_weight(get_case("2")) < _budget_weight(get_case("1"))
+    assert _budget_weight(get_case("6")) > _budget_weight(get_case("1"))
+    assert _budget_weight(get_case("14")) == max(
+        _budget_weight(get_case(str(i))) for i in range(1, 15)
+    )
