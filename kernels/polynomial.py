@@ -225,7 +225,6 @@ def _prefix_state_kernel(
     full chunks (all but the last) enter a snapshot, so no key is ever masked here.
     """
     num_blocks = 1 + NUM_TILES * (NUM_TILES + 1) // 2
-    steps = CHUNK // BLOCK_N
     pid = tl.program_id(0)
     fb = pid % num_blocks
     bh = pid // num_blocks
@@ -241,44 +240,42 @@ def _prefix_state_kernel(
         lin_acc = tl.zeros([BLOCK_D, BLOCK_D], dtype=tl.float32)
         lin_z = tl.zeros([BLOCK_D], dtype=tl.float32)
         v_sum = tl.zeros([BLOCK_D], dtype=tl.float32)
-        # One flat loop (pipelined as a whole); a snapshot after each chunk's last step.
-        for step in range(0, num_snapshots * steps):
-            offs_n = step * BLOCK_N + offs_n0
-            kt_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None]
-            v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
-            if EVEN_D:
-                kt = tl.load(kt_ptrs).to(tl.float32)
-                v = tl.load(v_ptrs)
-            else:
-                kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0).to(tl.float32)
-                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-            kt = kt * sqrt_scale
-            lin_acc = dot(
-                to_operand(kt, PRECISION, EMULATE_BF16_DOT),
-                to_operand(v, PRECISION, EMULATE_BF16_DOT),
-                lin_acc,
-                PRECISION,
-                EMULATE_BF16_DOT,
+        for snap in range(0, num_snapshots):
+            for sub in range(0, CHUNK, BLOCK_N):
+                offs_n = snap * CHUNK + sub + offs_n0
+                kt_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None]
+                v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
+                if EVEN_D:
+                    kt = tl.load(kt_ptrs).to(tl.float32)
+                    v = tl.load(v_ptrs)
+                else:
+                    kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0).to(tl.float32)
+                    v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+                kt = kt * sqrt_scale
+                lin_acc = dot(
+                    to_operand(kt, PRECISION, EMULATE_BF16_DOT),
+                    to_operand(v, PRECISION, EMULATE_BF16_DOT),
+                    lin_acc,
+                    PRECISION,
+                    EMULATE_BF16_DOT,
+                )
+                lin_z += tl.sum(kt, 1)
+                v_sum += tl.sum(v.to(tl.float32), 0)
+            inv = 1.0 / ((snap + 1) * CHUNK)
+            num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
+            den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
+            tl.store(
+                num_base + offs_d,
+                (v_sum * inv).to(ws_num_ptr.dtype.element_ty),
+                mask=d_ok,
             )
-            lin_z += tl.sum(kt, 1)
-            v_sum += tl.sum(v.to(tl.float32), 0)
-            if (step + 1) % steps == 0:
-                snap = step // steps
-                inv = 1.0 / ((snap + 1) * CHUNK)
-                num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
-                den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
-                tl.store(
-                    num_base + offs_d,
-                    (v_sum * inv).to(ws_num_ptr.dtype.element_ty),
-                    mask=d_ok,
-                )
-                tl.store(den_base, 1.0)
-                tl.store(
-                    num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
-                    (lin_acc * inv).to(ws_num_ptr.dtype.element_ty),
-                    mask=d_ok[None, :],
-                )
-                tl.store(den_base + 1 + offs_d, lin_z * inv)
+            tl.store(den_base, 1.0)
+            tl.store(
+                num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
+                (lin_acc * inv).to(ws_num_ptr.dtype.element_ty),
+                mask=d_ok[None, :],
+            )
+            tl.store(den_base + 1 + offs_d, lin_z * inv)
     else:
         # Quadratic tile pair number fb - 1 -> (tile_a, tile_b), tile_a <= tile_b.
         rest = fb - 1
@@ -298,43 +295,41 @@ def _prefix_state_kernel(
         b_ok = offs_b < head_dim
         quad_acc = tl.zeros([TILE * TILE, BLOCK_D], dtype=tl.float32)
         quad_z = tl.zeros([TILE * TILE], dtype=tl.float32)
-        # One flat loop (pipelined as a whole); a snapshot after each chunk's last step.
-        for step in range(0, num_snapshots * steps):
-            offs_n = step * BLOCK_N + offs_n0
-            ka_ptrs = k_base + offs_n[None, :] * stride_ks + offs_a[:, None]
-            kb_ptrs = k_base + offs_n[None, :] * stride_ks + offs_b[:, None]
-            v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
-            if EVEN_D:
-                ka = tl.load(ka_ptrs).to(tl.float32)
-                kb = tl.load(kb_ptrs).to(tl.float32)
-                v = tl.load(v_ptrs)
-            else:
-                ka = tl.load(ka_ptrs, mask=a_ok[:, None], other=0.0).to(tl.float32)
-                kb = tl.load(kb_ptrs, mask=b_ok[:, None], other=0.0).to(tl.float32)
-                v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-            feat = tl.reshape(ka[:, None, :] * kb[None, :, :], (TILE * TILE, BLOCK_N))
-            feat = feat * weight
-            quad_acc = dot(
-                to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                to_operand(v, PRECISION, EMULATE_BF16_DOT),
-                quad_acc,
-                PRECISION,
-                EMULATE_BF16_DOT,
-            )
-            quad_z += tl.sum(feat, 1)
-            if (step + 1) % steps == 0:
-                snap = step // steps
-                inv = 1.0 / ((snap + 1) * CHUNK)
-                row0 = 1 + BLOCK_D + (fb - 1) * (TILE * TILE)
-                offs_f = row0 + tl.arange(0, TILE * TILE)
-                num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
-                den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
-                tl.store(
-                    num_base + offs_f[:, None] * head_dim + offs_d[None, :],
-                    (quad_acc * inv).to(ws_num_ptr.dtype.element_ty),
-                    mask=d_ok[None, :],
+        for snap in range(0, num_snapshots):
+            for sub in range(0, CHUNK, BLOCK_N):
+                offs_n = snap * CHUNK + sub + offs_n0
+                ka_ptrs = k_base + offs_n[None, :] * stride_ks + offs_a[:, None]
+                kb_ptrs = k_base + offs_n[None, :] * stride_ks + offs_b[:, None]
+                v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
+                if EVEN_D:
+                    ka = tl.load(ka_ptrs).to(tl.float32)
+                    kb = tl.load(kb_ptrs).to(tl.float32)
+                    v = tl.load(v_ptrs)
+                else:
+                    ka = tl.load(ka_ptrs, mask=a_ok[:, None], other=0.0).to(tl.float32)
+                    kb = tl.load(kb_ptrs, mask=b_ok[:, None], other=0.0).to(tl.float32)
+                    v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+                feat = tl.reshape(ka[:, None, :] * kb[None, :, :], (TILE * TILE, BLOCK_N))
+                feat = feat * weight
+                quad_acc = dot(
+                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+                    to_operand(v, PRECISION, EMULATE_BF16_DOT),
+                    quad_acc,
+                    PRECISION,
+                    EMULATE_BF16_DOT,
                 )
-                tl.store(den_base + offs_f, quad_z * inv)
+                quad_z += tl.sum(feat, 1)
+            inv = 1.0 / ((snap + 1) * CHUNK)
+            row0 = 1 + BLOCK_D + (fb - 1) * (TILE * TILE)
+            offs_f = row0 + tl.arange(0, TILE * TILE)
+            num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
+            den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
+            tl.store(
+                num_base + offs_f[:, None] * head_dim + offs_d[None, :],
+                (quad_acc * inv).to(ws_num_ptr.dtype.element_ty),
+                mask=d_ok[None, :],
+            )
+            tl.store(den_base + offs_f, quad_z * inv)
 
 
 @triton.jit
@@ -423,44 +418,39 @@ def _output_kernel(
         # Quadratic tile pairs (A <= B), in the kernel-1 order.
         offs_t = tl.arange(0, TILE)
         offs_f = tl.arange(0, TILE * TILE)
-        # One flat loop over the tile pairs (A <= B) in the kernel-1 order.
-        tile_a = chunk * 0
-        tile_b = chunk * 0
-        for pair in range(0, NUM_TILES * (NUM_TILES + 1) // 2):
+        row0 = 1 + BLOCK_D
+        for tile_a in range(0, NUM_TILES):
             offs_a = tile_a * TILE + offs_t
-            offs_b = tile_b * TILE + offs_t
             qa = tl.load(
                 q_base + offs_m[:, None] * stride_qs + offs_a[None, :],
                 mask=row_ok[:, None] & (offs_a < head_dim)[None, :],
                 other=0.0,
             )
-            qb = tl.load(
-                q_base + offs_m[:, None] * stride_qs + offs_b[None, :],
-                mask=row_ok[:, None] & (offs_b < head_dim)[None, :],
-                other=0.0,
-            )
             qa = qa.to(tl.float32) * sqrt_scale
-            qb = qb.to(tl.float32) * sqrt_scale
-            feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
-            row0 = 1 + BLOCK_D + pair * (TILE * TILE)
-            state = tl.load(
-                num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
-                mask=d_ok[None, :],
-                other=0.0,
-            )
-            z = tl.load(den_base + row0 + offs_f)
-            inter = dot(
-                to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                to_operand(state, PRECISION, EMULATE_BF16_DOT),
-                inter,
-                PRECISION,
-                EMULATE_BF16_DOT,
-            )
-            inter_den += tl.sum(feat * z[None, :], 1)
-            tile_b += 1
-            wrap = tile_b == NUM_TILES
-            tile_a = tl.where(wrap, tile_a + 1, tile_a)
-            tile_b = tl.where(wrap, tile_a, tile_b)
+            for tile_b in range(tile_a, NUM_TILES):
+                offs_b = tile_b * TILE + offs_t
+                qb = tl.load(
+                    q_base + offs_m[:, None] * stride_qs + offs_b[None, :],
+                    mask=row_ok[:, None] & (offs_b < head_dim)[None, :],
+                    other=0.0,
+                )
+                qb = qb.to(tl.float32) * sqrt_scale
+                feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
+                state = tl.load(
+                    num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
+                    mask=d_ok[None, :],
+                    other=0.0,
+                )
+                z = tl.load(den_base + row0 + offs_f)
+                inter = dot(
+                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+                    to_operand(state, PRECISION, EMULATE_BF16_DOT),
+                    inter,
+                    PRECISION,
+                    EMULATE_BF16_DOT,
+                )
+                inter_den += tl.sum(feat * z[None, :], 1)
+                row0 += TILE * TILE
         count = (chunk * CHUNK) * 1.0
         num = inter * count
         den = inter_den * count
