@@ -405,6 +405,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(evaluation_markdown(args.evaluations))
         return 0
 
+    if args.notes and not Path(args.notes).is_file():
+        raise ValueError(f"--notes {args.notes!r} does not exist; give a markdown file")
     storage = _storage(args.storage)
     studies = sorted(
         _studies_by_case(storage, args.gpu).values(),
@@ -429,6 +431,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         bench_csv=args.bench,
         out_dir=args.out or f"docs/results/{args.gpu}",
         command=command,
+        notes=args.notes,
     )
     print(f"wrote {path}")
     return 0
@@ -593,6 +596,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--evaluations",
         metavar="JSON",
         help="instead: print markdown tables of 'autotune evaluate --json' records",
+    )
+    p.add_argument(
+        "--notes",
+        help="a markdown file appended to the page (targets, misses and what would close them)",
     )
     p.set_defaults(func=cmd_report)
 

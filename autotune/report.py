@@ -283,6 +283,29 @@ def knob_importances(studies: list[Any]) -> pd.DataFrame:
     return table[order]
 
 
+def tuning_cost(studies: list[Any]) -> pd.DataFrame:
+    """Per study: case, trials, summed trial wall time, feasible trials."""
+    from autotune.study import is_feasible
+
+    rows = []
+    for study in studies:
+        trials = study.get_trials(deepcopy=False)
+        seconds = sum(
+            (t.datetime_complete - t.datetime_start).total_seconds()
+            for t in trials
+            if t.datetime_complete is not None and t.datetime_start is not None
+        )
+        rows.append(
+            {
+                "case": study.user_attrs.get("case", {}).get("id", study.study_name),
+                "trials": len(trials),
+                "feasible": sum(1 for t in trials if is_feasible(t)),
+                "trial seconds": seconds,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def write_report(
     *,
     profile: str,
@@ -291,8 +314,10 @@ def write_report(
     bench_csv: str | Path | None,
     out_dir: str | Path,
     command: str,
+    notes: str | Path | None = None,
 ) -> Path:
-    """A markdown page: tables (pandas) and figures (matplotlib), with provenance."""
+    """A markdown page: tables (pandas) and figures (matplotlib), with provenance; a
+    hand-written ``notes`` file (targets, misses, what would close them) is appended."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# Results for profile `{profile}`", "", f"Made by: `{command}`", ""]
@@ -327,12 +352,29 @@ def write_report(
             )
             if c in frame
         ]
+        shown = frame[cols].copy()
+        names: list[str] = []
+        if "anchors" in frame:
+            names = list(dict.fromkeys(n for a in frame["anchors"] for n in a))
+            for name in names:  # an anchor's speedup over the reference, or its verdict
+                shown[name] = [
+                    (f"{a[name][1]:.2f}x" if a[name][0] == "PASS" else a[name][0])
+                    if name in a
+                    else "-"
+                    for a in frame["anchors"]
+                ]
         lines += [
             "## Bench (official protocol)",
             "",
-            f"From `{bench_csv}`.",
+            f"From `{bench_csv}`."
+            + (
+                f" Anchors ({', '.join(names)}) each paired with the reference in its own "
+                "process; a failing anchor shows its verdict, not a time."
+                if names
+                else ""
+            ),
             "",
-            frame[cols].to_markdown(index=False, floatfmt=".3g"),
+            shown.to_markdown(index=False, floatfmt=".3g"),
             "",
         ]
         timed = frame[frame["speedup"].notna()]
@@ -343,11 +385,30 @@ def write_report(
                 f"{timed['speedup'].min():.2f}x.",
                 "",
             ]
+            over = []
+            for _, row in timed.iterrows():
+                passing = [
+                    v[1] for v in (row.get("anchors") or {}).values() if v[0] == "PASS" and v[1]
+                ]
+                if passing:
+                    over.append(row["speedup"] / max(passing))
+            if over:
+                lines += [
+                    "Table over the fastest passing anchor: geometric mean "
+                    f"{math.exp(sum(map(math.log, over)) / len(over)):.2f}x, worst "
+                    f"{min(over):.2f}x ({len(over)} cases).",
+                    "",
+                ]
         plot_speedups(frame, out / "speedups.png")
         lines += ["![speedups](speedups.png)", ""]
     if table is not None:
         rows = []
-        for _key, entry in sorted(table.entries.items(), key=lambda kv: str(kv[0])):
+
+        def case_order(kv: Any) -> tuple[int, str]:
+            case = str(kv[1].get("case", ""))
+            return (int(case), "") if case.isdigit() else (10**6, case)
+
+        for _key, entry in sorted(table.entries.items(), key=case_order):
             ev = entry.get("evidence", {})
             rows.append(
                 {
@@ -397,6 +458,20 @@ def write_report(
             ]
         n = sum(len(s.get_trials(deepcopy=False)) for s in studies)
         lines += [f"{len(studies)} studies, {n} trials.", ""]
+        cost = tuning_cost(studies)
+        lines += [
+            "## Tuning cost",
+            "",
+            "Wall time of the trials of each study (device time spent evaluating plans; "
+            "process start-up and selection not included).",
+            "",
+            cost.to_markdown(index=False, floatfmt=".3g"),
+            "",
+            f"Total: {cost['trial seconds'].sum():.0f} s over {int(cost['trials'].sum())} trials.",
+            "",
+        ]
+    if notes:
+        lines += [Path(notes).read_text().rstrip(), ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

@@ -341,3 +341,39 @@ def test_warm_start_seeds_a_new_study_with_other_studies_plans(pipeline, tmp_pat
     sources = [t.user_attrs.get("warm_start") for t in trials if t.user_attrs.get("warm_start")]
     assert sources and all(s.startswith("study cpu|") for s in sources)
     assert cli(f"study --gpu cpu --cases smoke-2 --storage {url} --warm-start nowhere") == 2
+
+
+def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_path) -> None:
+    csv = tmp_path / "bench.csv"
+    assert (
+        cli(
+            f"bench --table {pipeline['table']} --gpu cpu --cases smoke-1 --anchors sdpa "
+            f"--csv {csv}"
+        )
+        == 0
+    )
+    notes = tmp_path / "notes.md"
+    notes.write_text("## Targets\n\nmissed by 3.7x, measured\n")
+    out = tmp_path / "report"
+    assert (
+        cli(
+            f"report --gpu cpu --storage {pipeline['db']} --table {pipeline['table']} "
+            f"--bench {csv} --notes {notes} --out {out}"
+        )
+        == 0
+    )
+    page = (out / "report.md").read_text()
+    for section in (
+        "## Provenance",
+        "## Bench (official protocol)",
+        "Anchors (sdpa)",
+        "Table over the fastest passing anchor",
+        "## Correctness evidence per entry",
+        "## Knob importances",
+        "## Tuning cost",
+        "missed by 3.7x, measured",
+    ):
+        assert section in page, section
+    for png in ("speedups.png", "pareto.png", "history.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli(f"report --gpu cpu --storage {pipeline['db']} --notes /no/such.md --out {out}") == 2
