@@ -242,6 +242,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             incumbent=incumbents.get(study.user_attrs.get("case_key")),
         )
         bench.release()
+        if bench.reference_kind == "oracle" and winner.admitted:
+            from autotune.longrun import verified_on_full_batch
+
+            winner = verified_on_full_batch(winner, case, selection, args.verified)
         winners.append(winner)
         ev = winner.evidence()
         verdict = (
@@ -531,6 +535,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--storage", default=DEFAULT_STORAGE)
     p.add_argument("--out", help="output path (default tables/PROFILE.py)")
     p.add_argument("--finalists", type=int, default=3, help="Pareto finalists to re-measure")
+    p.add_argument(
+        "--verified",
+        metavar="JSON",
+        help="an 'autotune long --out' record: where the dense reference cannot run, a "
+        "winner whose plan it verified on the whole batch (5 seeds, same memory cap) is "
+        "not verified again",
+    )
     p.add_argument("--max-memory", type=float, help="memory cap in MiB (default: profile's)")
     p.add_argument(
         "--fresh",

@@ -17,9 +17,11 @@ polynomial guard's decisions. Input and output of the whole batch (12.2 GiB each
 from __future__ import annotations
 
 import dataclasses
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,7 +30,7 @@ from torch import Tensor
 from autotune.build import build_candidate
 from autotune.cases import Case
 from autotune.device import DeviceInfo
-from autotune.plan import Plan
+from autotune.plan import REFERENCE_PLAN, Plan
 from autotune.reference import (
     ACCURACY_SEEDS,
     ATOL,
@@ -307,3 +309,76 @@ def _run_route(
         "worst_index": list(report.worst_index),
         "guard": guard,
     }
+
+
+FULL_BATCH_KEYS = (
+    "seeds",
+    "elements",
+    "failed",
+    "max_abs_err",
+    "worst_budget_share",
+    "median_wall_s",
+    "peak_memory_bytes",
+    "capacity_bytes",
+    "guard_paths",
+)
+
+
+def verified_on_full_batch(
+    winner: Any,
+    case: Case,
+    selection: Any,
+    verified: str | None,
+    log: Callable[[str], None] = print,
+) -> Any:
+    """A winner judged on the oracle's batch subset ships only after its whole batch
+    passes on the official seeds: taken from an ``autotune long --out`` record of the
+    same case, plan and memory cap when given, else run here. A failure keeps the
+    reference (no entry is better than a wrong one)."""
+    cap = selection.capacity_bytes if selection.emulated else None
+    found = None
+    if verified:
+        data = json.loads(Path(verified).read_text())
+        for r in data.get("routes", []):
+            if (
+                str(r.get("case")) == case.id
+                and r.get("plan_hash") == winner.plan.hash
+                and r.get("capacity_bytes") == cap
+                and list(r.get("seeds", [])) == list(ACCURACY_SEEDS)
+                and not r.get("error")
+            ):
+                found = dict(r) | {
+                    "source": f"{verified} ({data.get('command', '')}, commit "
+                    f"{data.get('commit', '?')})",
+                    "oracle": data.get("oracle"),
+                }
+                break
+    if found is None:
+        log(f"case {case.id}: verifying {winner.plan.hash} on the whole batch, 5 seeds")
+        record = verify_full_batch(
+            case, [Route(selection.profile.name, winner.plan, selection.device, cap)]
+        )[0]
+        found = record.summary() | {"source": "verified by this export"}
+    full = {k: found.get(k) for k in FULL_BATCH_KEYS} | {
+        "source": found["source"],
+        "oracle": found.get("oracle") or {"query_chunk": 1024, "key_chunk": 4096},
+    }
+    if not found.get("passed"):
+        log(
+            f"case {case.id}: {winner.plan.describe()} FAILED the whole batch "
+            f"({found.get('failed')} of {found.get('elements')} elements): not shipped",
+        )
+        return dataclasses.replace(
+            winner,
+            plan=REFERENCE_PLAN,
+            admitted=False,
+            reason=f"{winner.plan.hash} failed whole-batch verification against the oracle: "
+            f"{found.get('failed')} of {found.get('elements')} elements ({found.get('error', '')})",
+            full_batch=full,
+        )
+    return dataclasses.replace(
+        winner,
+        reason=winner.reason + f"; whole batch verified: 0 failed of {full['elements']} "
+        f"elements over {len(full['seeds'] or [])} seeds",
+        full_batch=full,
+    )

@@ -51,10 +51,14 @@ class Winner:
     padded_seeds: int
     worst_budget_share: float | None
     finalists: tuple[dict[str, Any], ...] = ()
+    # Where the dense reference cannot run: what the whole-batch verification against the
+    # streamed oracle checked (seeds, elements, failures, worst error, time, memory).
+    full_batch: dict[str, Any] | None = None
 
     def evidence(self) -> dict[str, Any]:
         t = self.timing
-        return {
+        extra = {"full_batch": dict(self.full_batch)} if self.full_batch else {}
+        return extra | {
             "speedup": round(t.speedup, 4) if t else None,
             "noise": round(t.noise, 4) if t else None,
             "ref_median_ms": round(t.ref_median_ms, 5) if t else None,

@@ -182,3 +182,74 @@ def test_study_budget_is_weighted_by_regime() -> None:
     assert _budget_weight(get_case("14")) == max(
         _budget_weight(get_case(str(i))) for i in range(1, 15)
     )
+
+
+def _oracle_only(monkeypatch) -> None:
+    """Pretend the dense reference cannot run anything: CaseBench judges with the oracle."""
+    import autotune.correctness as correctness
+
+    monkeypatch.setattr(correctness, "dense_reference_fits", lambda case, device: False)
+
+
+def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
+    monkeypatch, tmp_path, capsys
+) -> None:
+    from autotune.reference import ACCURACY_SEEDS
+    from autotune.runtime import load_table
+
+    _oracle_only(monkeypatch)
+    spec = "3,24,16,2,24,1,causal"
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    assert (
+        cli(
+            f"study --gpu cpu --cases {spec} --n-trials 4 --storage {db} --quiet "
+            "--no-isolation --oracle-batch 1"
+        )
+        == 0
+    )
+    table = tmp_path / "t.py"
+    assert cli(f"export --gpu cpu --storage {db} --out {table}") == 0
+    out = capsys.readouterr().out
+    entry = next(iter(load_table(table).entries.values()))
+    assert entry["admitted"], out
+    full = entry["evidence"]["full_batch"]
+    assert full["failed"] == 0 and full["seeds"] == list(ACCURACY_SEEDS)
+    assert full["elements"] == 5 * 3 * 24 * 16  # every sequence, not the oracle subset
+    assert full["source"] == "verified by this export"
+    assert "whole batch verified" in entry["evidence"]["reason"]
+
+    # A record from 'autotune long' for the same plan is used instead of running again;
+    # one that failed keeps the reference.
+    import optuna
+
+    hashes = {
+        t.user_attrs.get("plan_hash")
+        for s in optuna.get_all_study_summaries(db)
+        for t in optuna.load_study(study_name=s.study_name, storage=db).trials
+    }
+    assert entry["plan_hash"] in hashes  # re-selection may pick any of them: all failed
+    record = {
+        "command": "autotune long ...",
+        "commit": "abc",
+        "oracle": {"query_chunk": 8, "key_chunk": 8, "batch_chunk": 1},
+        "routes": [
+            {
+                "case": entry["case"],
+                "plan_hash": h,
+                "capacity_bytes": None,
+                "seeds": list(ACCURACY_SEEDS),
+                "passed": False,
+                "error": "",
+                "failed": 7,
+                "elements": 5760,
+            }
+            for h in sorted(hashes)
+        ],
+    }
+    rec = tmp_path / "long.json"
+    rec.write_text(json.dumps(record))
+    assert cli(f"export --gpu cpu --storage {db} --out {table} --fresh --verified {rec}") == 0
+    entry = next(iter(load_table(table).entries.values()))
+    assert not entry["admitted"]
+    assert "failed whole-batch verification" in entry["evidence"]["reason"]
+    assert str(rec) in entry["evidence"]["full_batch"]["source"]
