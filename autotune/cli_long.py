@@ -155,8 +155,160 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if all(r["passed"] for r in rows) else 1
 
 
+def cmd_efficiency(args: argparse.Namespace) -> int:
+    import dataclasses
+    import time
+
+    import pandas as pd
+
+    from autotune.cases import get_case
+    from autotune.efficiency import (
+        WITHIN,
+        Measured,
+        exhaustive_best,
+        load_cache,
+        measure_space,
+        plot_runs,
+        replay,
+        summarise_runs,
+        warm_plans,
+    )
+    from autotune.measure import STUDY_TIMING
+    from autotune.plan import Plan
+    from autotune.profiles import select_profile
+    from autotune.space import load_space_file
+    from autotune.study import SAMPLERS, _evaluator
+
+    samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
+    bad = [s for s in samplers if s not in SAMPLERS or s == "grid"]
+    if bad:
+        raise ValueError(f"unknown sampler(s) {bad}; valid: tpe, gp, nsga2, random")
+    if args.seeds < 1:
+        raise ValueError(f"--seeds must be at least 1, got {args.seeds}")
+    case = get_case(args.case)
+    space = load_space_file(args.space)
+    size = space.size()
+    if size < 2:
+        raise ValueError(f"space {args.space!r} has {size} plan(s): nothing to search")
+    cache = Path(args.cache)
+    if args.replay:  # no device needed: the measurements are the device's
+        data = load_cache(cache)
+        header = data.get("header", {})
+        measured = {h: Measured(**m) for h, m in data["plans"].items()}
+        missing = [p.describe() for p in space.enumerate() if p.hash not in measured]
+        if header.get("space_hash") != space.content_hash or missing:
+            raise ValueError(
+                f"--replay needs a complete cache of this space: {str(cache)!r} has "
+                f"space hash {header.get('space_hash')!r} (space: {space.content_hash!r}) "
+                f"and lacks {len(missing)} plan(s); measure on the device first"
+            )
+        capacity = header.get("capacity_bytes")
+    else:
+        selection = select_profile(args.gpu, emulate=args.emulate)
+        capacity = selection.capacity_bytes
+        header = {
+            "profile": selection.profile.name,
+            "emulated": selection.emulated,
+            "capacity_bytes": capacity,
+            "case": case.id,
+            "case_key": str(case.key),
+            "space": args.space,
+            "space_hash": space.content_hash,
+            "device": selection.device.name,
+        }
+        evaluate, close = _evaluator(
+            selection, case, STUDY_TIMING, not args.no_isolation, args.trial_timeout
+        )
+        deadline = time.monotonic() + args.timeout if args.timeout else None
+        try:
+            measured, complete = measure_space(space, evaluate, cache, header, deadline=deadline)
+        finally:
+            close()
+        if not complete:
+            print("measurement incomplete: run the same command again to resume")
+            return 3
+        if args.measure_only:
+            return 0
+    best = exhaustive_best(measured, capacity)
+    exhaustive_s = sum(m.seconds for m in measured.values())
+    print(
+        f"exhaustive: {size} plans, {exhaustive_s:.0f} s; best {1 / best.latency:.2f}x "
+        f"({Plan.from_dict(best.plan).describe()})"
+    )
+    trials = args.trials or size
+    target = best.latency * (1 + WITHIN)
+    warm = []
+    if args.warm_from:
+        warm = warm_plans(load_cache(args.warm_from), space, capacity, args.warm_k)
+        print(f"warm start: {len(warm)} plans from {args.warm_from}")
+    runs = []
+    for sampler in samplers:
+        for seed in range(args.seeds):
+            runs.append(replay(space, measured, sampler, seed, trials, capacity))
+            if warm:
+                runs.append(replay(space, measured, sampler, seed, trials, capacity, warm))
+    rows = summarise_runs(runs, target, size, exhaustive_s)
+    print(
+        f"trials and GPU seconds to within {100 * WITHIN:.0f}% of the exhaustive best "
+        f"(budget {trials} trials; a seed that never got there counts as budget + 1):"
+    )
+    print(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_runs(runs, best.latency, out / "efficiency.png")
+    record = {
+        "header": header,
+        "command": "autotune efficiency " + " ".join(args.argv_text),
+        "space_size": size,
+        "exhaustive_seconds": exhaustive_s,
+        "exhaustive_best": dataclasses.asdict(best),
+        "within": WITHIN,
+        "trials_budget": trials,
+        "rows": rows,
+        "runs": [
+            {
+                "sampler": r.sampler,
+                "seed": r.seed,
+                "warm": r.warm,
+                "best": r.best,
+                "seconds": r.seconds,
+            }
+            for r in runs
+        ],
+    }
+    (out / "efficiency.json").write_text(json.dumps(record, indent=1, default=str) + "\n")
+    print(f"wrote {out / 'efficiency.json'} and {out / 'efficiency.png'}")
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from autotune.cli import _add_gpu
+
+    p = sub.add_parser(
+        "efficiency",
+        help="samplers against exhaustive tuning on one case (measure every plan once, "
+        "then replay samplers on the measurements)",
+    )
+    _add_gpu(p)
+    p.add_argument("--case", required=True, help="case id or custom shape")
+    p.add_argument("--space", required=True, help="a (reduced) search-space file to exhaust")
+    p.add_argument("--cache", required=True, help="JSON file of measurements (resumable)")
+    p.add_argument("--samplers", default="tpe,gp,nsga2,random")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per sampler")
+    p.add_argument("--trials", type=int, help="trials per replayed study (default: space size)")
+    p.add_argument("--warm-from", help="another case's measurement cache: its best plans first")
+    p.add_argument("--warm-k", type=int, default=5, help="plans taken from --warm-from")
+    p.add_argument("--timeout", type=float, help="seconds for measuring (resume later)")
+    p.add_argument("--trial-timeout", type=float, default=120.0)
+    p.add_argument("--no-isolation", action="store_true", help="measure in this process")
+    p.add_argument("--measure-only", action="store_true", help="only fill the cache")
+    p.add_argument(
+        "--replay",
+        action="store_true",
+        help="only replay samplers on a complete cache (no device needed)",
+    )
+    p.add_argument("--out", default="docs/efficiency", help="folder for the JSON and PNG")
+    p.set_defaults(func=cmd_efficiency)
 
     p = sub.add_parser(
         "compare",

@@ -436,6 +436,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         out_dir=args.out or f"docs/results/{args.gpu}",
         command=command,
         notes=args.notes,
+        efficiency=args.efficiency,
     )
     print(f"wrote {path}")
     return 0
@@ -607,6 +608,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--evaluations",
         metavar="JSON",
         help="instead: print markdown tables of 'autotune evaluate --json' records",
+    )
+    p.add_argument(
+        "--efficiency",
+        action="append",
+        metavar="JSON",
+        help="an 'autotune efficiency' record (efficiency.json) to include (repeatable)",
     )
     p.add_argument(
         "--notes",

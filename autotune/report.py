@@ -306,6 +306,43 @@ def tuning_cost(studies: list[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def efficiency_markdown(paths: list[str], out: Path) -> list[str]:
+    """Sections from ``autotune efficiency`` records: the table and the curves per case."""
+    import shutil
+
+    lines = [
+        "## Search efficiency against exhaustive tuning",
+        "",
+        "Every plan of a reduced space measured once; samplers replayed on the measurements "
+        "(`autotune efficiency`); trials and GPU seconds to come within "
+        "3% of the exhaustive best, median and quartiles over seeds.",
+        "",
+    ]
+    for path in paths:
+        record = json.loads(Path(path).read_text())
+        head = record["header"]
+        best = record["exhaustive_best"]
+        png = Path(path).with_name("efficiency.png")
+        name = f"efficiency_{head['profile']}_{head['case']}.png"
+        if png.is_file():
+            shutil.copyfile(png, out / name)
+        lines += [
+            f"### Case {head['case']} ({head['profile']}"
+            + (", emulated" if head.get("emulated") else "")
+            + f"), space `{head['space']}`",
+            "",
+            f"{record['space_size']} plans, {record['exhaustive_seconds']:.0f} s to measure "
+            f"them all; exhaustive best {1 / best['latency']:.2f}x over the reference. "
+            f"Command: `{record.get('command', '')}`.",
+            "",
+            pd.DataFrame(record["rows"]).to_markdown(index=False, floatfmt=".3g"),
+            "",
+        ]
+        if png.is_file():
+            lines += [f"![efficiency]({name})", ""]
+    return lines
+
+
 def write_report(
     *,
     profile: str,
@@ -315,6 +352,7 @@ def write_report(
     out_dir: str | Path,
     command: str,
     notes: str | Path | None = None,
+    efficiency: list[str] | None = None,
 ) -> Path:
     """A markdown page: tables (pandas) and figures (matplotlib), with provenance; a
     hand-written ``notes`` file (targets, misses, what would close them) is appended."""
@@ -470,6 +508,8 @@ def write_report(
             f"Total: {cost['trial seconds'].sum():.0f} s over {int(cost['trials'].sum())} trials.",
             "",
         ]
+    if efficiency:
+        lines += efficiency_markdown(efficiency, out)
     if notes:
         lines += [Path(notes).read_text().rstrip(), ""]
     path = out / "report.md"

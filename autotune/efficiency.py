@@ -1,0 +1,313 @@
+"""How good is the search? Samplers against exhaustive tuning on one case (issue 10).
+
+Two phases, so the GPU pays only once:
+
+1. ``measure_space``: every plan of a (reduced) search space is evaluated once, exactly as
+   a study trial is (the same gate, timing and isolation), and cached in a JSON file that
+   a re-run resumes. The minimum relative latency over the feasible plans is the answer
+   exhaustive tuning (what Triton's ``@autotune`` gives by trying every config) finds.
+2. ``replay``: each sampler (TPE, GP, NSGA-II, random; several seeds) runs a real Optuna
+   study on the same space whose objective looks the measured outcome up instead of
+   re-measuring. A sampler's cost to come within 3% of the exhaustive best is the number
+   of trials and the GPU seconds of the distinct plans it had evaluated by then (a
+   repeated plan costs nothing: studies reuse identical plans' outcomes). Warm starts
+   enqueue the best plans of another case's measurements first.
+
+The replay fixes each plan's latency at its one measurement: timing noise is not
+re-drawn per trial. What it measures is the search, not the timer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotune.outcome import Outcome
+from autotune.plan import Plan
+from autotune.space import SearchSpace
+from autotune.study import PENALTY_LATENCY, make_sampler
+
+WITHIN = 0.03
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """One plan of the space, measured once."""
+
+    plan_hash: str
+    plan: dict[str, Any]
+    kind: str
+    passed: bool
+    latency: float  # candidate / reference median; PENALTY_LATENCY when not passed
+    peak_mib: float
+    violation: float  # correctness constraint (<= 0 feasible)
+    predicted_bytes: int
+    seconds: float  # what evaluating it cost (build, first call, gate, timing)
+
+    def feasible(self, capacity: int | None) -> bool:
+        fits = capacity is None or self.predicted_bytes <= capacity
+        return self.passed and self.violation <= 0 and fits
+
+    @classmethod
+    def from_outcome(cls, plan: Plan, outcome: Outcome, seconds: float) -> Measured:
+        timed = outcome.passed and outcome.timing is not None
+        latency = (
+            outcome.timing.cand_median_ms / outcome.timing.ref_median_ms
+            if timed and outcome.timing is not None
+            else PENALTY_LATENCY
+        )
+        peak = outcome.peak_memory_bytes or outcome.predicted_memory_bytes or 0
+        return cls(
+            plan.hash,
+            plan.to_dict(full=False),
+            outcome.kind.value,
+            bool(timed),
+            float(latency),
+            peak / 2**20,
+            float(outcome.violation) if math.isfinite(outcome.violation) else 1e9,
+            int(outcome.predicted_memory_bytes or 0),
+            round(seconds, 4),
+        )
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_cache(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        return {"plans": {}}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"measurement cache {str(path)!r} is not valid JSON ({exc}); move it away to start over"
+        ) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("plans"), dict):
+        raise ValueError(f"{str(path)!r} is not an 'autotune efficiency' measurement cache")
+    return data
+
+
+def measure_space(
+    space: SearchSpace,
+    evaluate: Callable[[Plan, int], Outcome],
+    cache_path: str | Path,
+    header: dict[str, Any],
+    *,
+    deadline: float | None = None,
+    log: Callable[[str], None] = print,
+) -> tuple[dict[str, Measured], bool]:
+    """Evaluate every plan not yet in the cache; returns (measured, complete). The cache is
+    rewritten atomically after each plan, so a killed run loses at most that plan."""
+    path = Path(cache_path)
+    data = load_cache(path)
+    old = data.get("header", {})
+    for key in ("space_hash", "case_key", "profile"):
+        if old and old.get(key) != header.get(key):
+            raise ValueError(
+                f"{str(path)!r} holds measurements for {key}={old.get(key)!r}, not "
+                f"{header.get(key)!r}; use another --cache file"
+            )
+    data["header"] = header
+    plans = list(space.enumerate())
+    measured = {h: Measured(**m) for h, m in data["plans"].items()}
+    todo = [p for p in plans if p.hash not in measured]
+    log(f"space {space.name}: {len(plans)} plans, {len(plans) - len(todo)} measured already")
+    for i, plan in enumerate(todo):
+        if deadline is not None and time.monotonic() > deadline:
+            log(f"time budget spent: {len(todo) - i} plan(s) left for the next run")
+            return measured, False
+        t0 = time.perf_counter()
+        outcome = evaluate(plan, i)
+        spent = sum(outcome.phase_seconds.values()) or (time.perf_counter() - t0)
+        m = Measured.from_outcome(plan, outcome, spent)
+        measured[plan.hash] = m
+        data["plans"][plan.hash] = dataclasses.asdict(m)
+        _write_atomic(path, json.dumps(data, indent=0, sort_keys=True) + "\n")
+        log(
+            f"[{len(measured)}/{len(plans)}] {plan.describe()}: "
+            + (f"{1 / m.latency:.2f}x" if m.passed else m.kind)
+            + f" ({m.seconds:.1f} s)"
+        )
+    return measured, True
+
+
+def exhaustive_best(measured: dict[str, Measured], capacity: int | None) -> Measured:
+    feasible = [m for m in measured.values() if m.feasible(capacity)]
+    if not feasible:
+        raise ValueError("no plan of the space is feasible: nothing to compare samplers with")
+    return min(feasible, key=lambda m: (m.latency, m.plan_hash))
+
+
+@dataclasses.dataclass
+class Run:
+    sampler: str
+    seed: int
+    warm: bool
+    best: list[float]  # best feasible latency after each trial (inf before any)
+    seconds: list[float]  # cumulative GPU seconds of distinct plans after each trial
+
+    def to_within(self, target: float) -> tuple[int | None, float | None]:
+        for i, b in enumerate(self.best):
+            if b <= target:
+                return i + 1, self.seconds[i]
+        return None, None
+
+
+def replay(
+    space: SearchSpace,
+    measured: dict[str, Measured],
+    sampler: str,
+    seed: int,
+    n_trials: int,
+    capacity: int | None,
+    enqueue: list[Plan] | None = None,
+) -> Run:
+    """A real Optuna study on the space with measured outcomes looked up, not re-run."""
+    study = optuna.create_study(
+        directions=["minimize", "minimize"], sampler=make_sampler(sampler, seed)
+    )
+    for plan in enqueue or []:
+        study.enqueue_trial(space.params_for(plan), skip_if_exists=True)
+    best: list[float] = []
+    seconds: list[float] = []
+    seen: set[str] = set()
+    state = {"best": math.inf, "spent": 0.0}
+
+    def objective(trial: optuna.Trial) -> list[float]:
+        plan = space.sample(trial)
+        m = measured.get(plan.hash)
+        if m is None:  # refused by the space's restrictions: never run, costs nothing
+            trial.set_constraint("correctness", 1.0)
+            trial.set_constraint("memory", 0.0)
+            values = [PENALTY_LATENCY, 0.0]
+        else:
+            if plan.hash not in seen:
+                seen.add(plan.hash)
+                state["spent"] += m.seconds
+            trial.set_constraint("correctness", m.violation if m.passed else 1.0)
+            over = 0.0 if capacity is None else (m.predicted_bytes - capacity) / capacity
+            trial.set_constraint("memory", over)
+            values = [m.latency, m.peak_mib]
+            if m.feasible(capacity):
+                state["best"] = min(state["best"], m.latency)
+        best.append(state["best"])
+        seconds.append(state["spent"])
+        return values
+
+    study.optimize(objective, n_trials=n_trials)
+    return Run(sampler, seed, bool(enqueue), best, seconds)
+
+
+def summarise_runs(
+    runs: list[Run], target: float, space_size: int, exhaustive_seconds: float
+) -> list[dict[str, Any]]:
+    """Per (sampler, warm): trials and seconds to the target, median and spread."""
+    rows = []
+    keys = list(dict.fromkeys((r.sampler, r.warm) for r in runs))
+    for sampler, warm in keys:
+        group = [r for r in runs if r.sampler == sampler and r.warm == warm]
+        hits = [r.to_within(target) for r in group]
+        trials = [t for t, _ in hits if t is not None]
+        secs = [s for _, s in hits if s is not None]
+        missed = len(group) - len(trials)
+        # A seed that never got there counts as the whole budget (the median is then an
+        # upper bound, and 'reached' says so).
+        budget = len(group[0].best)
+        all_trials = sorted(trials + [budget + 1] * missed)
+
+        def q(values: list[float], f: float) -> float:
+            return statistics.quantiles(values, n=4)[int(f)] if len(values) > 1 else values[0]
+
+        med = statistics.median(all_trials)
+        rows.append(
+            {
+                "sampler": sampler,
+                "warm start": warm,
+                "seeds": len(group),
+                "reached": f"{len(trials)}/{len(group)}",
+                "median trials": med,
+                "trials q1-q3": f"{q(all_trials, 0):.0f}-{q(all_trials, 2):.0f}",
+                "% of exhaustive trials": 100.0 * med / space_size,
+                "median GPU s": statistics.median(secs) if secs else None,
+                "% of exhaustive GPU s": (
+                    100.0 * statistics.median(secs) / exhaustive_seconds
+                    if secs and exhaustive_seconds
+                    else None
+                ),
+            }
+        )
+    return rows
+
+
+def plot_runs(runs: list[Run], exhaustive: float, path: str | Path) -> Path:
+    """Best-so-far latency over the exhaustive best, median over seeds, per sampler."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    keys = list(dict.fromkeys((r.sampler, r.warm) for r in runs))
+    for sampler, warm in keys:
+        group = [r for r in runs if r.sampler == sampler and r.warm == warm]
+        n = min(len(r.best) for r in group)
+        ys = [statistics.median(r.best[i] / exhaustive for r in group) for i in range(n)]
+        ys = [y if math.isfinite(y) else float("nan") for y in ys]
+        ax.plot(range(1, n + 1), ys, label=sampler + (" (warm start)" if warm else ""))
+    ax.axhline(1 + WITHIN, color="grey", ls="--", lw=1, label=f"within {100 * WITHIN:.0f}%")
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best latency / exhaustive best (median over seeds)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def warm_plans(
+    cache: dict[str, Any], space: SearchSpace, capacity: int | None, k: int
+) -> list[Plan]:
+    """The ``k`` fastest feasible plans of another measurement cache that this space holds."""
+    others = sorted(
+        (Measured(**m) for m in cache["plans"].values()),
+        key=lambda m: (m.latency, m.plan_hash),
+    )
+    out = []
+    for m in others:
+        if not m.feasible(capacity):
+            continue
+        plan = Plan.from_dict(m.plan)
+        try:
+            space.params_for(plan)
+        except ValueError:
+            continue
+        out.append(plan)
+        if len(out) == k:
+            break
+    return out
