@@ -22,7 +22,7 @@ def parse_route(text: str) -> tuple[str, str]:
 def cmd_long(args: argparse.Namespace) -> int:
     from autotune.cases import select_cases
     from autotune.correctness import dense_reference_fits
-    from autotune.device import detect_device, project_commit, software_versions
+    from autotune.device import detect_device
     from autotune.longrun import Route, verify_full_batch
     from autotune.plan import REFERENCE_PLAN, parse_plan
     from autotune.profiles import get_profile
@@ -73,7 +73,19 @@ def cmd_long(args: argparse.Namespace) -> int:
             f"on {device.name}",
             flush=True,
         )
-        records = verify_full_batch(case, routes, seeds=seeds, oracle_chunks=chunks)  # type: ignore[arg-type]
+
+        def save(partial: list[Any], case: Any = case) -> None:  # a cut-short run keeps its seeds
+            if args.out:
+                rows = [r.summary() | {"case": case.id, "partial": True} for r in partial]
+                _write_long(args, device, chunks, results + rows)
+
+        records = verify_full_batch(
+            case,
+            routes,
+            seeds=seeds,
+            oracle_chunks=chunks,  # type: ignore[arg-type]
+            on_seed=save,
+        )
         for s in (r.summary() for r in records):
             s["case"] = case.id
             results.append(s)
@@ -95,18 +107,24 @@ def cmd_long(args: argparse.Namespace) -> int:
                 flush=True,
             )
     if args.out:
-        record: dict[str, Any] = {
-            "device": device.name,
-            "versions": software_versions(),
-            "commit": project_commit(),
-            "command": "autotune long " + " ".join(args.argv_text),
-            "oracle": {"query_chunk": chunks[0], "key_chunk": chunks[1], "batch_chunk": 1},
-            "routes": results,
-        }
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(record, indent=1, default=str) + "\n")
+        _write_long(args, device, chunks, results)
         print(f"wrote {args.out}")
     return 0 if all(s["passed"] for s in results) else 1
+
+
+def _write_long(args: argparse.Namespace, device: Any, chunks: Any, rows: list[Any]) -> None:
+    from autotune.device import project_commit, software_versions
+    from autotune.files import write_atomic
+
+    record: dict[str, Any] = {
+        "device": device.name,
+        "versions": software_versions(),
+        "commit": project_commit(),
+        "command": "autotune long " + " ".join(args.argv_text),
+        "oracle": {"query_chunk": chunks[0], "key_chunk": chunks[1], "batch_chunk": 1},
+        "routes": rows,
+    }
+    write_atomic(Path(args.out), json.dumps(record, indent=1, default=str) + "\n")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

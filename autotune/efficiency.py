@@ -22,9 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any
 
 import optuna
 
+from autotune.files import write_atomic
 from autotune.outcome import Outcome
 from autotune.plan import Plan
 from autotune.space import SearchSpace
@@ -78,20 +77,6 @@ class Measured:
             int(outcome.predicted_memory_bytes or 0),
             round(seconds, 4),
         )
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_cache(path: str | Path) -> dict[str, Any]:
@@ -144,7 +129,7 @@ def measure_space(
         m = Measured.from_outcome(plan, outcome, spent)
         measured[plan.hash] = m
         data["plans"][plan.hash] = dataclasses.asdict(m)
-        _write_atomic(path, json.dumps(data, indent=0, sort_keys=True) + "\n")
+        write_atomic(path, json.dumps(data, indent=0, sort_keys=True) + "\n")
         log(
             f"[{len(measured)}/{len(plans)}] {plan.describe()}: "
             + (f"{1 / m.latency:.2f}x" if m.passed else m.kind)

@@ -9,11 +9,10 @@ table.
 from __future__ import annotations
 
 import ast
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from autotune.files import write_atomic
 from autotune.select import Winner
 from autotune.table import SCHEMA_VERSION, canonical_payload, content_hash, render
 
@@ -97,15 +96,5 @@ def write_table(
     entries = entries_from_winners(winners)
     version = next_version(path, profile, provenance, entries)
     text = render_table(profile, version, provenance, entries)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
     return path, version

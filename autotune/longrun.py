@@ -160,8 +160,10 @@ def verify_full_batch(
     seeds: tuple[int, ...] = ACCURACY_SEEDS,
     oracle_chunks: tuple[int, int] = (1024, 4096),
     log: Callable[[str], None] = print,
+    on_seed: Callable[[list[RouteRecord]], None] | None = None,
 ) -> list[RouteRecord]:
-    """Every route on every seed's whole batch against the streamed oracle (see module)."""
+    """Every route on every seed's whole batch against the streamed oracle (see module).
+    ``on_seed`` sees the records after each seed (to save partial results)."""
     from autotune.oracle import StreamedOracle
 
     if not routes:
@@ -271,6 +273,8 @@ def verify_full_batch(
             io.clear()
             if cuda:
                 torch.cuda.empty_cache()
+            if on_seed is not None:
+                on_seed(records)
     return records
 
 
