@@ -78,7 +78,7 @@ def not_supported_reasons(
         ok, why = triton_usable(device)
         if not ok:
             reasons.append(why)
-        elif att == "triton":
+        elif att in ("triton", "polynomial"):  # polynomial: the guard's exact path
             from kernels import attention as tri_attn
 
             reasons += tri_attn.not_supported_reasons(
@@ -132,21 +132,6 @@ def not_supported_reasons(
                 capability=device.capability,
                 device_type=device.type,
                 smem_bytes=device.smem_per_block or None,
-            )
-            from kernels import attention as tri_attn  # the guard's exact path
-
-            reasons += tri_attn.not_supported_reasons(
-                head_dim=config.head_dim,
-                seq_len=config.seq_len,
-                block_m=plan.attn_block_m,
-                block_n=plan.attn_block_n,
-                num_warps=plan.attn_warps,
-                num_stages=plan.attn_stages,
-                precision=_triton_precision(plan.attn_precision),
-                device_type=device.type,
-                capability=device.capability,
-                smem_bytes=device.smem_per_block or None,
-                prune_pointless=prune,
             )
     if plan.host_io:
         if not cuda:

@@ -66,6 +66,21 @@ def probs_torch_(
 if triton is not None:
 
     @triton.jit
+    def _masked_scores(
+        base, cols, n_cols, i, b, j0, km_ptr, km_stride,
+        CAUSAL: tl.constexpr, HAS_KM: tl.constexpr,
+    ):  # fmt: skip
+        """Scores of row ``i`` at columns ``cols`` with the causal and key masks as -inf."""
+        ok = cols < n_cols
+        x = tl.load(base + cols, mask=ok, other=float("-inf"))
+        if CAUSAL:
+            x = tl.where(j0 + cols > i, float("-inf"), x)
+        if HAS_KM:
+            km = tl.load(km_ptr + b * km_stride + j0 + cols, mask=ok, other=0)
+            x = tl.where(km != 0, x, float("-inf"))
+        return x
+
+    @triton.jit
     def _row_stats_kernel(
         s_ptr, m_ptr, l_ptr, km_ptr, n_cols, qn, heads, i0, j0, km_stride,
         CAUSAL: tl.constexpr, HAS_KM: tl.constexpr, BLOCK: tl.constexpr,
@@ -78,13 +93,7 @@ if triton is not None:
         l = tl.zeros((), tl.float32)
         for c0 in range(0, n_cols, BLOCK):
             cols = c0 + tl.arange(0, BLOCK)
-            ok = cols < n_cols
-            x = tl.load(base + cols, mask=ok, other=float("-inf"))
-            if CAUSAL:
-                x = tl.where(j0 + cols > i, float("-inf"), x)
-            if HAS_KM:
-                km = tl.load(km_ptr + b * km_stride + j0 + cols, mask=ok, other=0)
-                x = tl.where(km != 0, x, float("-inf"))
+            x = _masked_scores(base, cols, n_cols, i, b, j0, km_ptr, km_stride, CAUSAL, HAS_KM)
             m_new = tl.maximum(m, tl.max(x, axis=0))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)
             l = l * tl.exp(m - shift) + tl.sum(tl.exp(x - shift), axis=0)
@@ -105,14 +114,8 @@ if triton is not None:
         l = tl.load(l_ptr + r)
         for c0 in range(0, n_cols, BLOCK):
             cols = c0 + tl.arange(0, BLOCK)
-            ok = cols < n_cols
-            x = tl.load(base + cols, mask=ok, other=float("-inf"))
-            if CAUSAL:
-                x = tl.where(j0 + cols > i, float("-inf"), x)
-            if HAS_KM:
-                km = tl.load(km_ptr + b * km_stride + j0 + cols, mask=ok, other=0)
-                x = tl.where(km != 0, x, float("-inf"))
-            tl.store(base + cols, tl.exp(x - m) / l, mask=ok)
+            x = _masked_scores(base, cols, n_cols, i, b, j0, km_ptr, km_stride, CAUSAL, HAS_KM)
+            tl.store(base + cols, tl.exp(x - m) / l, mask=cols < n_cols)
 
 
 def _use_triton(sc: Tensor, use_triton: bool | None) -> bool:
