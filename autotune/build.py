@@ -133,6 +133,11 @@ def not_supported_reasons(
                 device_type=device.type,
                 smem_bytes=device.smem_per_block or None,
             )
+    if plan.query_chunk and att != "reference":
+        reasons.append(
+            f"query_chunk={plan.query_chunk} applies to attention=reference (the fused "
+            f"backends never hold the scores), got attention={att}"
+        )
     if plan.host_io:
         if not cuda:
             reasons.append("host_io=true needs CUDA (on the CPU the input is already host memory)")
@@ -637,7 +642,7 @@ class CandidateTransformer(ReferenceTransformer):
                 self.plan.attention in ("triton", "polynomial") and kind == MASK_GENERAL
             ):
                 ctx = _reference_attention(
-                    q, k, v, mask if need_key_mask else None, c.causal, scale
+                    q, k, v, mask if need_key_mask else None, c.causal, scale, self.plan.query_chunk
                 )
             else:
                 ctx = self._sdpa(q, k, v, mask if need_key_mask else None, scale)
@@ -671,15 +676,49 @@ class CandidateTransformer(ReferenceTransformer):
 
 
 def _reference_attention(
-    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, scale: float
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    query_chunk: int = 0,
 ) -> Tensor:
+    """The reference's attention arithmetic; with ``query_chunk`` the query rows go in
+    prefix chunks: rows [i0, i1) against keys [0, i1) when causal (the keys after i1 are
+    masked for every row of the chunk anyway), so only one chunk's scores exist at once."""
     s = q.shape[-2]
+    if 0 < query_chunk < s:
+        parts = []
+        for i0 in range(0, s, query_chunk):
+            i1 = min(s, i0 + query_chunk)
+            kend = i1 if causal else s
+            parts.append(
+                _attention_block(
+                    q[..., i0:i1, :],
+                    k[..., :kend, :],
+                    v[..., :kend, :],
+                    key_mask,
+                    causal,
+                    scale,
+                    i0,
+                )
+            )
+        return torch.cat(parts, dim=-2)
+    return _attention_block(q, k, v, key_mask, causal, scale, 0)
+
+
+def _attention_block(
+    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, scale: float, i0: int
+) -> Tensor:
+    rows, keys = q.shape[-2], k.shape[-2]
     scores = torch.matmul(q, k.transpose(-2, -1)) * scale
     if causal:
-        upper = torch.triu(torch.ones(s, s, dtype=torch.bool, device=q.device), diagonal=1)
-        scores = scores.masked_fill(upper, float("-inf"))
+        row = torch.arange(i0, i0 + rows, device=q.device)[:, None]
+        col = torch.arange(keys, device=q.device)[None, :]
+        scores = scores.masked_fill(col > row, float("-inf"))
     if key_mask is not None:
-        scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+        scores = scores.masked_fill(~key_mask[:, None, None, :keys], float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     return torch.matmul(probs, v)
 

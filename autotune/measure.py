@@ -174,7 +174,8 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
         ffn += tokens * max(f, 3 * d) * gemm_bytes
     scores = 0
     if plan.attention in ("reference", "sdpa_math"):
-        scores = 3 * chunk * h * s * s * max(attn_bytes, fp)
+        rows = plan.query_chunk if 0 < plan.query_chunk < s else s
+        scores = 3 * chunk * h * rows * s * max(attn_bytes, fp)
     elif plan.attention in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn"):
         scores = chunk * h * s * fp * 2  # log-sum-exp and workspace
         if plan.mask == "apply":

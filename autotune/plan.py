@@ -119,6 +119,13 @@ KNOBS: tuple[Knob, ...] = (
         int_range=(0, 1 << 20),
     ),
     Knob(
+        "query_chunk",
+        0,
+        "reference attention in query-prefix chunks of N rows (0 = all rows at once): each "
+        "chunk's scores [N, keys up to its last row] exist one at a time, bounding memory",
+        int_range=(0, 1 << 20),
+    ),
+    Knob(
         "compile",
         "none",
         "torch.compile mode of the forward",
@@ -243,6 +250,7 @@ class Plan:
     attn_precision: str = "fp32"
     gemm_precision: str = "fp32"
     batch_chunk: int = 0
+    query_chunk: int = 0
     compile: str = "none"
     host_io: bool = False
     cuda_graph: bool = False

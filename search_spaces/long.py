@@ -19,8 +19,12 @@ SPACE = {
                 {"attention": "sdpa_flash", "attn_precision": "fp16"},
                 {"attention": "sdpa_efficient", "attn_precision": "fp32"},
                 {"attention": "polynomial", "attn_precision": "fp16"},
+                # The reference arithmetic itself, in query-prefix chunks (bounded memory;
+                # slow: the exact route a user could always fall back to).
+                {"attention": "reference", "attn_precision": "fp32"},
             ],
         },
+        {"name": "query_chunk", "values": [1024, 4096], "when": {"attention": ["reference"]}},
         {"name": "poly_chunk", "values": [128, 256, 512], "when": {"attention": ["polynomial"]}},
         {"name": "poly_guard", "values": [1.0, 2.0, 4.0], "when": {"attention": ["polynomial"]}},
         {

@@ -253,3 +253,31 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
     assert not entry["admitted"]
     assert "failed whole-batch verification" in entry["evidence"]["reason"]
     assert str(rec) in entry["evidence"]["full_batch"]["source"]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("mask_kind", ["none", "right", "general"])
+def test_query_prefix_chunks_keep_the_reference_arithmetic(cpu_device, causal, mask_kind) -> None:
+    from autotune.build import build_candidate, not_supported_reasons
+    from autotune.measure import predict_peak_bytes
+    from autotune.reference import ReferenceTransformer, generate_random_case, official_settings
+
+    spec = "3,37,24,3,40,2," + ("causal" if causal else "noncausal")
+    config = parse_custom(spec).config
+    torch.manual_seed(3)
+    ref = ReferenceTransformer(config).eval()
+    plan = Plan(query_chunk=8)
+    model = build_candidate(plan, config, cpu_device, ref.state_dict())
+    x, mask = generate_random_case(
+        config, "cpu", torch.float32, 4, 0.3 if mask_kind != "none" else 0
+    )
+    if mask_kind == "general":
+        mask = mask.flip(1)  # left padding: a general mask
+        x = x.masked_fill(~mask[..., None], 0.0)
+    with official_settings(), torch.inference_mode():
+        report = check_outputs(model(x, mask), ref(x, mask))
+    assert report.passed and report.max_abs_err < 1e-5, report.summary()
+    big = parse_custom("1,100000,1024,16,1024,2,causal").config
+    assert predict_peak_bytes(Plan(query_chunk=1024), big) < predict_peak_bytes(Plan(), big) / 50
+    reasons = not_supported_reasons(Plan(attention="sdpa_math", query_chunk=8), config, cpu_device)
+    assert any("query_chunk=8 applies to attention=reference" in r for r in reasons)
