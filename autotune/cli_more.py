@@ -265,7 +265,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         "command": "autotune export --gpu "
         + selection.profile.name
         + (" --emulate" if selection.emulated else "")
-        + (" --exclude-triton" if args.exclude_triton else ""),
+        + (" --exclude-triton" if args.exclude_triton else "")
+        + (" --fresh" if args.fresh else "")
+        + (f" --verified {args.verified}" if args.verified else ""),
     }
     if provenance["device"]["type"] == "cpu":
         provenance["device"]["name"] = "cpu"
