@@ -115,11 +115,17 @@ class StreamedOracle(ReferenceTransformer):
         self.key_chunk = key_chunk
 
     def forward(self, x: Tensor, valid_token_mask: Tensor | None = None) -> Tensor:
-        out = torch.empty_like(x)
+        """Input and output stay where the caller put them: on another device than the
+        model (host memory, for a card too small for the whole batch) each slice travels
+        to the model's device and its result back."""
+        home = self.final_norm.weight.device
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device, pin_memory=x.is_pinned())
         for b0 in range(0, x.shape[0], self.batch_chunk):
             b1 = min(x.shape[0], b0 + self.batch_chunk)
             mask = valid_token_mask[b0:b1] if valid_token_mask is not None else None
-            out[b0:b1] = self._forward_slice(x[b0:b1], mask)
+            xs = x[b0:b1].to(home, non_blocking=True)
+            ms = mask.to(home, non_blocking=True) if mask is not None else None
+            out[b0:b1] = self._forward_slice(xs, ms).to(out.device)
         return out
 
     def _forward_slice(self, x: Tensor, mask: Tensor | None) -> Tensor:
