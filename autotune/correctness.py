@@ -121,21 +121,16 @@ class CaseBench:
         """Median ms of the reference forward on the timing input (three runs, cached):
         the oracle's cost, against which plans of an oracle-judged case are quoted."""
         if self._reference_ms is None:
-            import statistics
-            import time
+            from autotune.measure import TimingSettings, measure_interleaved
 
             x, mask = self.timing_inputs()
-            times = []
             with torch.inference_mode():
-                for _ in range(3):
-                    if x.is_cuda:
-                        torch.cuda.synchronize()
-                    t0 = time.perf_counter()
-                    self.reference(x, mask)
-                    if x.is_cuda:
-                        torch.cuda.synchronize()
-                    times.append((time.perf_counter() - t0) * 1e3)
-            self._reference_ms = statistics.median(times)
+                _, [(median, _)] = measure_interleaved(
+                    [lambda: self.reference(x, mask)],
+                    TimingSettings(warmup=0, rounds=1, reps=3),
+                    cuda=x.is_cuda,
+                )
+            self._reference_ms = median
         return self._reference_ms
 
     def describe(self) -> str:

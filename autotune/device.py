@@ -148,3 +148,12 @@ def project_commit() -> str | None:
         return head.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def pinned_copy(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A copy of ``t`` in pinned host memory (asynchronous copies to and from the GPU)."""
+    if t is None:
+        return None
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t)
+    return host

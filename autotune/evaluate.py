@@ -12,6 +12,7 @@ from torch import Tensor
 
 from autotune.build import UnsupportedPlan, build_candidate, not_supported_reasons
 from autotune.correctness import OFFICIAL_GATE, CaseBench, GateSettings, run_gate
+from autotune.device import pinned_copy
 from autotune.measure import (
     STUDY_TIMING,
     TimingSettings,
@@ -89,17 +90,11 @@ def _inject_fault(
     return model
 
 
-def _pinned(t: Tensor | None) -> Tensor | None:
-    if t is None:
-        return None
-    return t.detach().to("cpu").pin_memory()
-
-
 def _from_host(model: Callable[[Tensor, Tensor], Tensor]) -> Callable[[Tensor, Tensor], Tensor]:
     """A host_io plan judged on device inputs: hand it host copies, bring the output back."""
 
     def run(x: Tensor, mask: Tensor) -> Tensor:
-        return model(_pinned(x), _pinned(mask)).to(x.device)
+        return model(pinned_copy(x), pinned_copy(mask)).to(x.device)
 
     return run
 
@@ -194,7 +189,7 @@ def evaluate_plan(
                     )
                     ref_peak = peak_forward_memory(lambda: ref(x, mask), ref_held, cuda=cuda)
                     if plan.host_io and cuda:  # time the plan as deployed: host in, host out
-                        xh, mh = _pinned(x), _pinned(mask)
+                        xh, mh = pinned_copy(x), pinned_copy(mask)
                         host_model = model
                         timed = lambda: host_model(xh, mh)  # noqa: E731
                     else:

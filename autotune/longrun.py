@@ -29,7 +29,7 @@ from torch import Tensor
 
 from autotune.build import build_candidate
 from autotune.cases import Case
-from autotune.device import DeviceInfo
+from autotune.device import DeviceInfo, pinned_copy
 from autotune.plan import REFERENCE_PLAN, Plan
 from autotune.reference import (
     ACCURACY_SEEDS,
@@ -147,12 +147,6 @@ def _set_cap(device: DeviceInfo, capacity: int | None) -> None:
     torch.cuda.set_per_process_memory_fraction(fraction)
 
 
-def _pinned(t: Tensor) -> Tensor:
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t)
-    return host
-
-
 def verify_full_batch(
     case: Case,
     routes: list[Route],
@@ -232,7 +226,7 @@ def verify_full_batch(
             t0 = time.perf_counter()
             x, mask = generate_random_case(config, dev, torch.float32, seed, case.padding_ratio)
             if host_only:
-                x, mask = _pinned(x), _pinned(mask)
+                x, mask = pinned_copy(x), pinned_copy(mask)
                 torch.cuda.empty_cache()
             with torch.inference_mode():
                 ref = oracle(x, mask)
@@ -245,7 +239,7 @@ def verify_full_batch(
             else:
                 io["device"] = (x, mask, ref)
                 if any_host:
-                    io["host"] = tuple(_pinned(t) for t in io["device"])  # type: ignore[assignment]
+                    io["host"] = tuple(pinned_copy(t) for t in io["device"])  # type: ignore[assignment]
             del x, mask, ref
             for i in order:
                 route, rec, model = routes[i], records[i], models[i]
