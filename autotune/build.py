@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from autotune.device import DeviceInfo, triton_usable
+from autotune.core.device import DeviceInfo, triton_usable
+from autotune.core.reference import LAYERNORM_EPS, ReferenceTransformer, TransformerConfig
 from autotune.plan import Plan
-from autotune.reference import LAYERNORM_EPS, ReferenceTransformer, TransformerConfig
 
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

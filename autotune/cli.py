@@ -28,7 +28,7 @@ def _default_vectors(paths: Sequence[str]) -> list[str]:
 
 # --- commands ------------------------------------------------------------------------
 def cmd_cases(args: argparse.Namespace) -> int:
-    from autotune.cases import all_cases, select_cases
+    from autotune.core.cases import all_cases, select_cases
 
     cases = select_cases(args.cases) if args.cases else all_cases()
     print(
@@ -58,7 +58,7 @@ def cmd_knobs(args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from autotune.profiles import PROFILES
+    from autotune.core.profiles import PROFILES
 
     for p in PROFILES.values():
         print(
@@ -72,7 +72,7 @@ def _subject_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """Pick what conformance checks: the reference, a plan, a table or the oracle."""
     if getattr(args, "plan", None):
         from autotune.build import build_candidate
-        from autotune.device import detect_device
+        from autotune.core.device import detect_device
         from autotune.plan import parse_plan
 
         plan = parse_plan(args.plan)
@@ -83,8 +83,8 @@ def _subject_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
         return subject, None
     if getattr(args, "oracle", False):
-        from autotune.golden import REFERENCE_TOLERANCE
-        from autotune.oracle import StreamedOracle
+        from autotune.judge.golden import REFERENCE_TOLERANCE
+        from autotune.judge.oracle import StreamedOracle
 
         qc, kc = _chunks(args.oracle_chunks)
 
@@ -95,7 +95,7 @@ def _subject_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
         return oracle_subject, REFERENCE_TOLERANCE
     if getattr(args, "table", None):
-        from autotune.runtime import DispatchedTransformer, load_table
+        from autotune.runtime.dispatch import DispatchedTransformer, load_table
 
         table = load_table(args.table)
 
@@ -105,7 +105,7 @@ def _subject_for(args: argparse.Namespace):  # type: ignore[no-untyped-def]
             return model.eval()
 
         return table_subject, None
-    from autotune.golden import REFERENCE_TOLERANCE, reference_subject
+    from autotune.judge.golden import REFERENCE_TOLERANCE, reference_subject
 
     return reference_subject, REFERENCE_TOLERANCE
 
@@ -121,7 +121,7 @@ def _chunks(text: str) -> tuple[int, int]:
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from autotune.golden import run_conformance
+    from autotune.judge.golden import run_conformance
 
     subject, exact = _subject_for(args)
     _, failed = run_conformance(_default_vectors(args.vectors), subject, exact_tolerance=exact)
@@ -131,12 +131,12 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import json
 
-    from autotune.cases import select_cases
-    from autotune.correctness import CaseBench
+    from autotune.core.cases import select_cases
+    from autotune.core.profiles import select_profile
     from autotune.evaluate import evaluate_plan
+    from autotune.judge.gate import CaseBench
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.plan import parse_plan
-    from autotune.profiles import select_profile
 
     selection = select_profile(args.gpu, emulate=args.emulate)
     cases = select_cases(args.case)

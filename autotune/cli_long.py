@@ -20,13 +20,13 @@ def parse_route(text: str) -> tuple[str, str]:
 
 
 def cmd_long(args: argparse.Namespace) -> int:
-    from autotune.cases import select_cases
-    from autotune.correctness import dense_reference_fits
-    from autotune.device import detect_device
-    from autotune.longrun import Route, verify_full_batch
+    from autotune.core.cases import select_cases
+    from autotune.core.device import detect_device
+    from autotune.core.profiles import get_profile
+    from autotune.core.reference import ACCURACY_SEEDS
+    from autotune.judge.fullbatch import Route, verify_full_batch
+    from autotune.judge.gate import dense_reference_fits
     from autotune.plan import REFERENCE_PLAN, parse_plan
-    from autotune.profiles import get_profile
-    from autotune.reference import ACCURACY_SEEDS
 
     cases = select_cases(args.case)
     if not 1 <= args.seeds <= len(ACCURACY_SEEDS):
@@ -113,8 +113,8 @@ def cmd_long(args: argparse.Namespace) -> int:
 
 
 def _write_long(args: argparse.Namespace, device: Any, chunks: Any, rows: list[Any]) -> None:
-    from autotune.device import project_commit, software_versions
-    from autotune.files import write_atomic
+    from autotune.core.device import project_commit, software_versions
+    from autotune.core.files import write_atomic
 
     record: dict[str, Any] = {
         "device": device.name,
@@ -128,16 +128,16 @@ def _write_long(args: argparse.Namespace, device: Any, chunks: Any, rows: list[A
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from autotune.cases import select_cases
-    from autotune.compare import compare_plans
-    from autotune.correctness import CaseBench
+    from autotune.core.cases import select_cases
+    from autotune.core.profiles import select_profile
+    from autotune.judge.gate import CaseBench
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.plan import parse_plan
-    from autotune.profiles import select_profile
+    from autotune.tools.compare import compare_plans
 
     selection = select_profile(args.gpu, emulate=args.emulate)
     from autotune.plan import Plan
-    from autotune.runtime import load_table
+    from autotune.runtime.dispatch import load_table
 
     plans = [parse_plan(t) for t in args.plan or []]
     tables = [load_table(t) for t in args.table or []]
@@ -179,8 +179,11 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from autotune.cases import get_case
-    from autotune.efficiency import (
+    from autotune.core.cases import get_case
+    from autotune.core.profiles import select_profile
+    from autotune.measure import STUDY_TIMING
+    from autotune.plan import Plan
+    from autotune.search.efficiency import (
         WITHIN,
         Measured,
         exhaustive_best,
@@ -191,11 +194,8 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         summarise_runs,
         warm_plans,
     )
-    from autotune.measure import STUDY_TIMING
-    from autotune.plan import Plan
-    from autotune.profiles import select_profile
-    from autotune.space import load_space_file
-    from autotune.study import SAMPLERS, _evaluator
+    from autotune.search.space import load_space_file
+    from autotune.search.study import SAMPLERS, _evaluator
 
     samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
     bad = [s for s in samplers if s not in SAMPLERS or s == "grid"]

@@ -13,7 +13,7 @@ DEFAULT_STORAGE = "sqlite:///studies.db"
 
 
 def _storage(url: str, heartbeat: int | None = None) -> Any:
-    from autotune.study import open_storage
+    from autotune.search.study import open_storage
 
     return open_storage(url, heartbeat, 3 * heartbeat if heartbeat else None)
 
@@ -25,10 +25,10 @@ def _cases_default(args: argparse.Namespace, profile: str) -> str:
 def cmd_study(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from autotune.cases import select_cases
-    from autotune.profiles import select_profile
-    from autotune.space import available_spaces, select_space
-    from autotune.study import SAMPLERS, run_case_study
+    from autotune.core.cases import select_cases
+    from autotune.core.profiles import select_profile
+    from autotune.search.space import available_spaces, select_space
+    from autotune.search.study import SAMPLERS, run_case_study
 
     if args.sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {args.sampler!r}; valid samplers: {', '.join(SAMPLERS)}")
@@ -106,7 +106,7 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def _warm(args: argparse.Namespace, storage: Any, selection: Any, case: Any) -> Any:
-    from autotune.study import warm_start_plans
+    from autotune.search.study import warm_start_plans
 
     if not args.warm_start:
         return None
@@ -119,8 +119,8 @@ def _run_many(
 ) -> None:
     import torch
 
-    from autotune.study import _study_for, completed_trials
-    from autotune.workers import WorkerJob, run_workers
+    from autotune.search.study import _study_for, completed_trials
+    from autotune.search.workers import WorkerJob, run_workers
 
     study = _study_for(
         selection,
@@ -161,7 +161,7 @@ def _studies_by_case(storage: Any, profile: str) -> dict[str, Any]:
     """One study per case key: the one with the most finished trials."""
     import optuna
 
-    from autotune.study import FINISHED
+    from autotune.search.study import FINISHED
 
     best: dict[str, Any] = {}
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
@@ -177,7 +177,7 @@ def _studies_by_case(storage: Any, profile: str) -> dict[str, Any]:
 
 
 def _case_of(study: Any) -> Any:
-    from autotune.cases import get_case, parse_custom
+    from autotune.core.cases import get_case, parse_custom
 
     data = study.user_attrs["case"]
     try:
@@ -211,11 +211,11 @@ def _budget_weight(case: Any) -> float:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from autotune.correctness import CaseBench
-    from autotune.export import write_table
-    from autotune.profiles import select_profile
-    from autotune.select import select_winner
-    from autotune.study import environment
+    from autotune.core.profiles import select_profile
+    from autotune.judge.gate import CaseBench
+    from autotune.search.study import environment
+    from autotune.ship.export import write_table
+    from autotune.ship.select import select_winner
 
     selection = select_profile(args.gpu, emulate=args.emulate)
     storage = _storage(args.storage)
@@ -243,7 +243,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
         bench.release()
         if bench.reference_kind == "oracle" and winner.admitted:
-            from autotune.longrun import verified_on_full_batch
+            from autotune.judge.fullbatch import verified_on_full_batch
 
             winner = verified_on_full_batch(winner, case, selection, args.verified)
         winners.append(winner)
@@ -281,10 +281,10 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _incumbents(path: Path, profile: str) -> dict[str, Any]:
     """Per case key, the plan the table at ``path`` already ships (if it is intact)."""
-    from autotune.cases import CaseKey
+    from autotune.core.cases import CaseKey
     from autotune.plan import Plan
-    from autotune.runtime import load_table
-    from autotune.select import Incumbent
+    from autotune.runtime.dispatch import load_table
+    from autotune.ship.select import Incumbent
 
     if not path.is_file():
         return {}
@@ -305,13 +305,13 @@ def _incumbents(path: Path, profile: str) -> dict[str, Any]:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from autotune.report import plot_studies
-    from autotune.runtime import load_table
+    from autotune.runtime.dispatch import load_table
+    from autotune.tools.report import plot_studies
 
     storage = _storage(args.storage)
     studies = _studies_by_case(storage, args.gpu)
     if args.case:
-        from autotune.cases import get_case
+        from autotune.core.cases import get_case
 
         key = str(get_case(args.case).key)
         studies = {k: v for k, v in studies.items() if k == key}
@@ -339,10 +339,10 @@ def _case_sort(case_id: str) -> tuple[int, str]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from autotune.bench import bench_case, summarise, write_csv
-    from autotune.cases import select_cases
-    from autotune.profiles import select_profile
-    from autotune.runtime import load_table
+    from autotune.core.cases import select_cases
+    from autotune.core.profiles import select_profile
+    from autotune.runtime.dispatch import load_table
+    from autotune.tools.bench import bench_case, summarise, write_csv
 
     table = load_table(args.table)
     selection = select_profile(args.gpu, emulate=args.emulate)
@@ -351,7 +351,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         sorted({e["case"] for e in table.entries.values()}, key=_case_sort)
     )
     baseline = load_table(args.baseline) if args.baseline else None
-    from autotune.bench import ANCHORS, bench_anchors
+    from autotune.tools.bench import ANCHORS, bench_anchors
 
     anchors = (
         []
@@ -383,14 +383,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from autotune.core.profiles import select_profile
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
-    from autotune.profiles import select_profile
-    from autotune.runtime import load_table
-    from autotune.validate import CANNOT_RUN, WRONG, validate_table
+    from autotune.runtime.dispatch import load_table
+    from autotune.tools.validate import CANNOT_RUN, WRONG, validate_table
 
     table = load_table(args.table)
     selection = select_profile(args.gpu, emulate=args.emulate)
-    from autotune.cases import select_cases
+    from autotune.core.cases import select_cases
 
     cases = {c.id for c in select_cases(args.cases)} if args.cases else None
     checks = validate_table(
@@ -404,8 +404,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.report import evaluation_markdown, write_report
-    from autotune.runtime import load_table
+    from autotune.runtime.dispatch import load_table
+    from autotune.tools.report import evaluation_markdown, write_report
 
     if args.evaluations:
         print(evaluation_markdown(args.evaluations))

@@ -11,8 +11,10 @@ import torch
 from torch import Tensor
 
 from autotune.build import UnsupportedPlan, build_candidate, not_supported_reasons
-from autotune.correctness import OFFICIAL_GATE, CaseBench, GateSettings, run_gate
-from autotune.device import pinned_copy
+from autotune.core.device import pinned_copy
+from autotune.core.outcome import Outcome, OutcomeKind
+from autotune.core.reference import official_settings
+from autotune.judge.gate import OFFICIAL_GATE, CaseBench, GateSettings, run_gate
 from autotune.measure import (
     STUDY_TIMING,
     TimingSettings,
@@ -23,9 +25,7 @@ from autotune.measure import (
     predict_peak_bytes,
     tensor_bytes,
 )
-from autotune.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
-from autotune.reference import official_settings
 
 FAULT_ENV = "AUTOTUNE_INJECT_FAULT"  # tests only: see fault_for_trial
 

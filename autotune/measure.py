@@ -15,9 +15,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from autotune.outcome import TimingStats
+from autotune.core.outcome import TimingStats
+from autotune.core.reference import TransformerConfig
 from autotune.plan import Plan
-from autotune.reference import TransformerConfig
 
 Forward = Callable[[], Tensor]
 

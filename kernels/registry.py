@@ -277,7 +277,7 @@ LINEAR_CASES = (
 
 def _run_block(precision: str, padded: bool, device: str) -> CheckResult:
     """The fused two-launch layer stack against the project's reference model."""
-    from autotune.reference import ReferenceTransformer, TransformerConfig
+    from autotune.core.reference import ReferenceTransformer, TransformerConfig
     from kernels.block import fused_forward, weights_from_model
 
     cfg = TransformerConfig(2, 13, 32, 2, 48, 2, causal=True)

@@ -23,7 +23,7 @@ def golden_paths() -> list[str]:
 
 @pytest.fixture()
 def cpu_device():
-    from autotune.device import detect_device
+    from autotune.core.device import detect_device
 
     return detect_device("cpu")
 

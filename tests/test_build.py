@@ -13,14 +13,14 @@ from autotune.build import (
     classify_mask,
     not_supported_reasons,
 )
-from autotune.cases import get_case
-from autotune.correctness import CaseBench
-from autotune.device import DeviceInfo
+from autotune.core.cases import get_case
+from autotune.core.device import DeviceInfo
+from autotune.core.outcome import Outcome, OutcomeKind
+from autotune.core.reference import ReferenceTransformer, TransformerConfig, check_outputs
 from autotune.evaluate import evaluate_plan
-from autotune.golden import check_vector, load_vector
-from autotune.outcome import Outcome, OutcomeKind
+from autotune.judge.gate import CaseBench
+from autotune.judge.golden import check_vector, load_vector
 from autotune.plan import Plan
-from autotune.reference import ReferenceTransformer, TransformerConfig, check_outputs
 from tests.conftest import GOLDEN
 
 # Every knob value that runs on the CPU, each combined with the others' variety.
@@ -207,7 +207,7 @@ def test_passing_plan_is_gated_on_all_seeds_and_timed(cpu_device) -> None:
 @pytest.mark.parametrize("kind", list(OutcomeKind))
 def test_outcomes_round_trip_through_json(kind: OutcomeKind, cpu_device) -> None:
     report = check_outputs(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5]))
-    from autotune.outcome import TimingStats
+    from autotune.core.outcome import TimingStats
 
     timing = TimingStats(2.0, 1.0, 2.0, 0.01, 3, 10, (2.0, 2.1, 1.9), (1.0, 1.0, 1.1))
     outcome = Outcome(kind, "msg", report, 5, 2, timing, 123, 456, 789, {"build": 0.1})

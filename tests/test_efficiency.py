@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from autotune.efficiency import Measured, Run, measure_space, replay, summarise_runs
-from autotune.outcome import Outcome, OutcomeKind, TimingStats
+from autotune.core.outcome import Outcome, OutcomeKind, TimingStats
 from autotune.plan import Plan
-from autotune.space import parse_space
+from autotune.search.efficiency import Measured, Run, measure_space, replay, summarise_runs
+from autotune.search.space import parse_space
 from tests.conftest import cli
 
 SPACE = {
@@ -88,7 +88,7 @@ def test_a_seed_that_never_gets_there_counts_as_the_whole_budget() -> None:
 
 
 def test_warm_start_enqueues_another_case_best_plans_first(tmp_path) -> None:
-    from autotune.efficiency import warm_plans
+    from autotune.search.efficiency import warm_plans
 
     space = parse_space(SPACE, "toy")
     measured, _ = measure_space(

@@ -8,10 +8,10 @@ import json
 import pytest
 import torch
 
-from autotune.cases import parse_custom
-from autotune.longrun import Route, compare_sliced, merge_reports, verify_full_batch
+from autotune.core.cases import parse_custom
+from autotune.core.reference import check_outputs
+from autotune.judge.fullbatch import Route, compare_sliced, merge_reports, verify_full_batch
 from autotune.plan import REFERENCE_PLAN, Plan
-from autotune.reference import check_outputs
 from tests.conftest import cli
 
 SMALL = "2,48,32,2,48,2,causal"
@@ -38,7 +38,7 @@ def test_every_route_is_checked_on_the_whole_batch_of_every_seed(cpu_device) -> 
 def test_a_wrong_route_fails_with_its_count_and_the_others_still_run(
     cpu_device, monkeypatch
 ) -> None:
-    import autotune.longrun as longrun
+    import autotune.judge.fullbatch as longrun
 
     real = longrun.build_candidate
 
@@ -134,8 +134,8 @@ def test_host_io_needs_cuda_and_no_graph(cpu_device) -> None:
 
 
 def test_polynomial_plan_runs_and_reports_its_guard(cpu_device) -> None:
-    from autotune.correctness import CaseBench
     from autotune.evaluate import evaluate_plan
+    from autotune.judge.gate import CaseBench
 
     case = parse_custom("2,40,32,2,48,2,causal")
     bench = CaseBench(case, cpu_device)
@@ -160,8 +160,8 @@ def test_polynomial_plan_runs_and_reports_its_guard(cpu_device) -> None:
 
 
 def test_oracle_judged_timing_quotes_the_cached_oracle_time(cpu_device) -> None:
-    from autotune.correctness import CaseBench
     from autotune.evaluate import evaluate_plan
+    from autotune.judge.gate import CaseBench
     from autotune.measure import TimingSettings
 
     case = parse_custom("3,40,32,2,48,2,causal")
@@ -174,8 +174,8 @@ def test_oracle_judged_timing_quotes_the_cached_oracle_time(cpu_device) -> None:
 
 
 def test_study_budget_is_weighted_by_regime() -> None:
-    from autotune.cases import get_case
     from autotune.cli_more import _budget_weight
+    from autotune.core.cases import get_case
 
     assert _budget_weight(get_case("2")) < _budget_weight(get_case("1"))
     assert _budget_weight(get_case("6")) > _budget_weight(get_case("1"))
@@ -186,7 +186,7 @@ def test_study_budget_is_weighted_by_regime() -> None:
 
 def _oracle_only(monkeypatch) -> None:
     """Pretend the dense reference cannot run anything: CaseBench judges with the oracle."""
-    import autotune.correctness as correctness
+    import autotune.judge.gate as correctness
 
     monkeypatch.setattr(correctness, "dense_reference_fits", lambda case, device: False)
 
@@ -194,8 +194,8 @@ def _oracle_only(monkeypatch) -> None:
 def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
     monkeypatch, tmp_path, capsys
 ) -> None:
-    from autotune.reference import ACCURACY_SEEDS
-    from autotune.runtime import load_table
+    from autotune.core.reference import ACCURACY_SEEDS
+    from autotune.runtime.dispatch import load_table
 
     _oracle_only(monkeypatch)
     spec = "3,24,16,2,24,1,causal"
@@ -259,8 +259,12 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
 @pytest.mark.parametrize("mask_kind", ["none", "right", "general"])
 def test_query_prefix_chunks_keep_the_reference_arithmetic(cpu_device, causal, mask_kind) -> None:
     from autotune.build import build_candidate, not_supported_reasons
+    from autotune.core.reference import (
+        ReferenceTransformer,
+        generate_random_case,
+        official_settings,
+    )
     from autotune.measure import predict_peak_bytes
-    from autotune.reference import ReferenceTransformer, generate_random_case, official_settings
 
     spec = "3,37,24,3,40,2," + ("causal" if causal else "noncausal")
     config = parse_custom(spec).config

@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.golden import check_vector, load_vector
-from autotune.oracle import StreamedOracle, streamed_attention
-from autotune.reference import (
+from autotune.core.reference import (
     ReferenceTransformer,
     TransformerConfig,
     check_outputs,
     generate_random_case,
     official_settings,
 )
+from autotune.judge.golden import check_vector, load_vector
+from autotune.judge.oracle import StreamedOracle, streamed_attention
 from tests.conftest import GOLDEN
 
 
@@ -90,11 +90,11 @@ def test_bad_chunk_sizes_are_refused() -> None:
 def test_a_case_the_dense_reference_cannot_run_is_judged_by_the_oracle_on_a_subset(
     cpu_device, monkeypatch
 ) -> None:
-    from autotune.cases import OFFICIAL_CASES, parse_custom
-    from autotune.correctness import CaseBench, dense_reference_fits
+    from autotune.core.cases import OFFICIAL_CASES, parse_custom
+    from autotune.core.outcome import OutcomeKind
     from autotune.evaluate import evaluate_plan
+    from autotune.judge.gate import CaseBench, dense_reference_fits
     from autotune.measure import TimingSettings
-    from autotune.outcome import OutcomeKind
     from autotune.plan import Plan
 
     assert not dense_reference_fits(OFFICIAL_CASES[13], cpu_device)  # case 14

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from autotune.cli import main
-from autotune.export import render_table
-from autotune.runtime import DispatchedTransformer, load_table
-from autotune.study import study_name
+from autotune.runtime.dispatch import DispatchedTransformer, load_table
+from autotune.search.study import study_name
+from autotune.ship.export import render_table
 from tests.conftest import ROOT, cli
 
 BLOCKED = ("optuna", "sqlalchemy", "pandas", "matplotlib")
@@ -51,8 +51,8 @@ def test_study_records_plans_outcomes_environment_and_resumes(pipeline) -> None:
     # The same command again resumes: nothing new; a higher target adds the difference.
     assert cli(f"study --gpu cpu --cases smoke-1 --n-trials 6 --storage {url} --quiet") == 0
     assert cli(f"study --gpu cpu --cases smoke-1 --n-trials 8 --storage {url} --quiet") == 0
-    from autotune.cases import get_case
-    from autotune.space import builtin_spaces, select_space
+    from autotune.core.cases import get_case
+    from autotune.search.space import builtin_spaces, select_space
 
     case = get_case("smoke-1")
     name = study_name("cpu", case, select_space("cpu", case, builtin_spaces()))
@@ -70,10 +70,10 @@ def test_exported_table_serves_in_a_process_without_the_tuning_stack(pipeline, t
                     raise ImportError("blocked: " + name)
         sys.meta_path.insert(0, Block())
         import torch
-        from autotune.cases import get_case
-        from autotune.reference import build_reference, generate_random_case, check_outputs
-        from autotune.reference import official_settings
-        from autotune.runtime import DispatchedTransformer, load_table
+        from autotune.core.cases import get_case
+        from autotune.core.reference import build_reference, generate_random_case, check_outputs
+        from autotune.core.reference import official_settings
+        from autotune.runtime.dispatch import DispatchedTransformer, load_table
         table = load_table({str(table_path)!r})
         assert table.usable, table.problems
         ok = 0
@@ -118,7 +118,7 @@ def test_generated_module_imports_without_the_tuning_stack(pipeline) -> None:
         sys.meta_path.insert(0, Block())
         spec = importlib.util.spec_from_file_location("cpu_table", {str(pipeline["table"])!r})
         mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-        from autotune.runtime import load_table
+        from autotune.runtime.dispatch import load_table
         assert load_table(mod).usable
         print("ENTRIES", len(mod.ENTRIES))
     """)
@@ -141,7 +141,7 @@ def test_edited_table_is_refused_and_the_reference_serves(pipeline, tmp_path) ->
     edited.write_text(text.replace("'case': 'smoke-1'", "'case': 'smoke-9'"))
     table = load_table(edited)
     assert not table.usable and "content hash mismatch" in table.problems[0]
-    from autotune.cases import get_case
+    from autotune.core.cases import get_case
 
     case = get_case("smoke-1")
     model = DispatchedTransformer(case.config, table=table).eval()
@@ -161,7 +161,7 @@ def test_table_for_another_gpu_is_refused(pipeline, tmp_path) -> None:
     other.write_text(render_table("h200", 1, prov, values["ENTRIES"]))
     table = load_table(other)
     assert table.usable  # intact, but made for a GPU
-    from autotune.cases import get_case
+    from autotune.core.cases import get_case
 
     model = DispatchedTransformer(get_case("smoke-1").config, table=table)
     route = model.explain(torch.randn(2, 16, 32))
@@ -188,13 +188,13 @@ def _table_with_entry(pipeline, tmp_path, plan: dict) -> Path:
 
 
 def test_explain_names_every_reason_an_entry_was_not_used(pipeline, tmp_path) -> None:
-    from autotune.cases import get_case
+    from autotune.core.cases import get_case
 
     table = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math", "qkv": "packed"})
     model = DispatchedTransformer(get_case("smoke-1").config, table=table)
     x = torch.randn(2, 16, 32)
     with torch.inference_mode():
-        from autotune.reference import official_settings
+        from autotune.core.reference import official_settings
 
         with official_settings():
             assert model.explain(x).plan is not None
@@ -209,7 +209,7 @@ def test_export_is_byte_identical_for_the_same_inputs_and_versions_increase(pipe
     exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
     args = ("cpu", values["TABLE_VERSION"], values["PROVENANCE"], values["ENTRIES"])
     assert render_table(*args) == render_table(*args) == pipeline["table"].read_text()
-    from autotune.export import next_version
+    from autotune.ship.export import next_version
 
     assert (
         next_version(pipeline["table"], "cpu", values["PROVENANCE"], values["ENTRIES"])
@@ -228,7 +228,7 @@ def test_conformance_with_the_table_passes_golden_vectors(pipeline, golden_paths
 
 
 def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) -> None:
-    import autotune.bench as bench_mod
+    import autotune.tools.bench as bench_mod
     from autotune.measure import TimingSettings
 
     fast = TimingSettings(warmup=2, rounds=3, reps=5)

@@ -5,15 +5,15 @@ import math
 import pytest
 import torch
 
-from autotune.cases import OFFICIAL_CASES, SMOKE_CASES, get_case, parse_custom, select_cases
-from autotune.golden import check_vector, load_vector, run_conformance
-from autotune.reference import (
+from autotune.core.cases import OFFICIAL_CASES, SMOKE_CASES, get_case, parse_custom, select_cases
+from autotune.core.reference import (
     ReferenceTransformer,
     TransformerConfig,
     check_outputs,
     generate_random_case,
     official_settings,
 )
+from autotune.judge.golden import check_vector, load_vector, run_conformance
 from tests.conftest import GOLDEN
 
 
@@ -90,7 +90,7 @@ def test_rule_raises_on_shape_mismatch() -> None:
 
 def test_report_round_trips_through_json_with_infinities() -> None:
     report = check_outputs(torch.tensor([float("nan")]), torch.tensor([1.0]))
-    from autotune.reference import CorrectnessReport
+    from autotune.core.reference import CorrectnessReport
 
     back = CorrectnessReport.from_json(report.to_json())
     assert back == report or (math.isinf(back.budget_share) and back.n_failed == 1)

@@ -5,9 +5,9 @@ import json
 import optuna
 import pytest
 
-from autotune.cases import get_case
+from autotune.core.cases import get_case
 from autotune.plan import REFERENCE_PLAN, Plan
-from autotune.space import available_spaces, builtin_spaces, parse_space, select_space
+from autotune.search.space import available_spaces, builtin_spaces, parse_space, select_space
 
 
 def _space(**over):

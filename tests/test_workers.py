@@ -54,7 +54,7 @@ def test_injected_crash_hang_wrong_and_raise_are_recorded_and_the_study_complete
     for t in trials[1:5]:  # constraints steer samplers away from each failure
         assert t.constraints["correctness"] > 0
     # A plan that crashed is never run again: proposing it again reuses its outcome.
-    from autotune.study import _previous
+    from autotune.search.study import _previous
 
     study = optuna.load_study(
         study_name=optuna.get_all_study_summaries(url)[0].study_name, storage=url

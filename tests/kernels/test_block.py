@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from autotune.reference import ReferenceTransformer, TransformerConfig
+from autotune.core.reference import ReferenceTransformer, TransformerConfig
 from kernels._tolerance import PROJECT_RULE, compare
 from kernels.block import (
     block_reference,

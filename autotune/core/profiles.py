@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from autotune.device import DeviceInfo, detect_device
+from autotune.core.device import DeviceInfo, detect_device
 
 GIB = 2**30
 

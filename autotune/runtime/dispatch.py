@@ -13,176 +13,24 @@ Imports torch and the standard library only: no optuna, sqlalchemy, pandas, matp
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import re
-import types
 import warnings
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from autotune.build import CandidateTransformer, not_supported_reasons
-from autotune.device import DeviceInfo, detect_device, software_versions
+from autotune.core.device import DeviceInfo, detect_device
+from autotune.core.reference import (
+    ReferenceTransformer,
+    TransformerConfig,
+    official_settings_active,
+)
 from autotune.plan import Plan
-from autotune.reference import ReferenceTransformer, TransformerConfig, official_settings_active
-from autotune.table import SCHEMA_VERSION, content_hash
+from autotune.runtime.table import DispatchTable, compatibility_problems, load_table
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-_TABLE_FIELDS = (
-    "SCHEMA_VERSION",
-    "PROFILE",
-    "TABLE_VERSION",
-    "PROVENANCE",
-    "ENTRIES",
-    "CONTENT_HASH",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class DispatchTable:
-    profile: str
-    version: int
-    provenance: Mapping[str, Any]
-    entries: Mapping[tuple[Any, ...], Mapping[str, Any]]
-    content_hash: str
-    source: str
-    problems: tuple[str, ...] = ()  # set: the table is refused as a whole
-
-    @property
-    def usable(self) -> bool:
-        return not self.problems
-
-
-def _read_module_file(path: Path) -> dict[str, Any]:
-    """The table's literal assignments, read without executing the file."""
-    try:
-        tree = ast.parse(path.read_text())
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ValueError(f"cannot read table {str(path)!r}: {exc}") from exc
-    values: dict[str, Any] = {}
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-        ):
-            try:
-                values[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError as exc:
-                raise ValueError(
-                    f"table {str(path)!r}: {node.targets[0].id} is not a literal ({exc}); "
-                    "re-export it with 'autotune export'"
-                ) from exc
-    return values
-
-
-def load_table(
-    table: str | Path | types.ModuleType | Mapping[str, Any] | DispatchTable,
-) -> DispatchTable:
-    """Read a table (a path, an imported module or a mapping) and check its integrity.
-
-    A table that is malformed raises ValueError. One whose hash does not match its
-    content loads with ``problems`` set: it will be refused and the reference serves.
-    """
-    if isinstance(table, DispatchTable):
-        return table
-    if isinstance(table, (str, Path)):
-        path = Path(table)
-        if not path.is_file():
-            raise ValueError(
-                f"table file {str(path)!r} does not exist; make one with "
-                "'autotune export --gpu PROFILE'"
-            )
-        values, source = _read_module_file(path), str(path)
-    elif isinstance(table, types.ModuleType):
-        values = {k: getattr(table, k) for k in _TABLE_FIELDS if hasattr(table, k)}
-        source = getattr(table, "__file__", None) or table.__name__
-    else:
-        values, source = dict(table), "<mapping>"
-    missing = [k for k in _TABLE_FIELDS if k not in values]
-    if missing:
-        raise ValueError(f"{source} is not a dispatch table: it lacks {missing}")
-    problems = []
-    if values["SCHEMA_VERSION"] != SCHEMA_VERSION:
-        problems.append(
-            f"schema version {values['SCHEMA_VERSION']} is not the supported "
-            f"{SCHEMA_VERSION}; re-export the table with this autotune"
-        )
-    entries = {tuple(k): v for k, v in values["ENTRIES"].items()}
-    try:
-        actual = content_hash(
-            values["PROFILE"], values["TABLE_VERSION"], values["PROVENANCE"], entries
-        )
-    except (TypeError, ValueError) as exc:
-        actual = f"unhashable ({exc})"
-    if actual != values["CONTENT_HASH"]:
-        problems.append(
-            f"content hash mismatch: the file says {str(values['CONTENT_HASH'])[:16]}..., its "
-            f"content hashes to {actual[:16]}...; the table was edited after export: "
-            "re-export it with 'autotune export'"
-        )
-    return DispatchTable(
-        values["PROFILE"],
-        int(values["TABLE_VERSION"]),
-        values["PROVENANCE"],
-        entries,
-        values["CONTENT_HASH"],
-        source,
-        tuple(problems),
-    )
-
-
-def _major_minor(version: str | None) -> str | None:
-    if not version:
-        return None
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return f"{m.group(1)}.{m.group(2)}" if m else version
-
-
-def compatibility_problems(table: DispatchTable, device: DeviceInfo) -> list[str]:
-    """Why this table must not serve on this device and software stack (empty: fine)."""
-    prov = table.provenance
-    made_on = prov.get("device", {})
-    problems = []
-    if made_on.get("type") != device.type:
-        problems.append(
-            f"table was made on a {made_on.get('type')} device, this is "
-            f"{device.type} ({device.name})"
-        )
-    elif device.type == "cuda":
-        cap = tuple(made_on.get("capability") or ())
-        if cap != tuple(device.capability or ()):
-            problems.append(
-                f"table was made for capability sm_{''.join(map(str, cap))} "
-                f"({made_on.get('name')}), this GPU is {device.sm} ({device.name})"
-            )
-        elif made_on.get("name") != device.name and not prov.get("emulated"):
-            problems.append(
-                f"table was made on {made_on.get('name')}, this GPU is "
-                f"{device.name}; validate it here with 'autotune validate'"
-            )
-    versions = prov.get("versions", {})
-    here = software_versions()
-    if _major_minor(versions.get("torch")) != _major_minor(here["torch"]):
-        problems.append(
-            f"table was made with torch {versions.get('torch')}, this is torch "
-            f"{here['torch']}; re-validate or re-tune"
-        )
-    uses_triton = any(
-        Plan.from_dict(e.get("plan", {})).uses_triton
-        for e in table.entries.values()
-        if e.get("admitted")
-    )
-    if uses_triton and _major_minor(versions.get("triton")) != _major_minor(here["triton"]):
-        problems.append(
-            f"table uses Triton kernels made with triton {versions.get('triton')}, "
-            f"this is triton {here['triton']}"
-        )
-    return problems
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,9 +9,9 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from autotune.cases import Case
-from autotune.device import DeviceInfo
-from autotune.reference import (
+from autotune.core.cases import Case
+from autotune.core.device import DeviceInfo
+from autotune.core.reference import (
     ACCURACY_SEEDS,
     ATOL,
     RTOL,
@@ -84,7 +84,7 @@ class CaseBench:
         self.config = case.config
         dense = build_reference(case.config, device.torch_device)
         if use_oracle:
-            from autotune.oracle import StreamedOracle
+            from autotune.judge.oracle import StreamedOracle
 
             b = min(oracle_batch, case.config.batch_size)
             self.config = dataclasses.replace(case.config, batch_size=b)

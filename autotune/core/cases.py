@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from autotune.reference import TransformerConfig
+from autotune.core.reference import TransformerConfig
 
 DTYPES = ("float32",)
 

@@ -13,8 +13,11 @@ import torch
 from optuna.trial import FrozenTrial
 
 from autotune.build import build_candidate
-from autotune.correctness import SELECTION_GATE, CaseBench, GateSettings, run_gate
+from autotune.core.outcome import TimingStats
+from autotune.core.profiles import ProfileSelection
+from autotune.core.reference import official_settings
 from autotune.evaluate import _cleanup, classify_exception
+from autotune.judge.gate import SELECTION_GATE, CaseBench, GateSettings, run_gate
 from autotune.measure import (
     TimingSettings,
     measure_interleaved,
@@ -22,11 +25,8 @@ from autotune.measure import (
     peak_forward_memory,
     tensor_bytes,
 )
-from autotune.outcome import TimingStats
 from autotune.plan import REFERENCE_PLAN, Plan
-from autotune.profiles import ProfileSelection
-from autotune.reference import official_settings
-from autotune.study import is_feasible, trial_outcome, trial_plan
+from autotune.search.study import is_feasible, trial_outcome, trial_plan
 
 SELECTION_TIMING = TimingSettings(warmup=20, rounds=3, reps=100, max_round_seconds=1.5, min_reps=10)
 MIN_GAIN = 0.02  # a winner must beat the reference by more than noise and by 2%

@@ -25,7 +25,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
-from autotune.outcome import Outcome, OutcomeKind
+from autotune.core.outcome import Outcome, OutcomeKind
 
 KILL_WORKER_ENV = "AUTOTUNE_KILL_WORKER"  # tests only: "W@N" kills worker W in its N-th trial
 _CTX = mp.get_context("spawn")
@@ -36,15 +36,15 @@ def _runner_main(conn: Connection, setup: dict[str, Any]) -> None:
     """Child: build the case bench once, then evaluate plans until told to stop."""
     for key, value in setup.get("env", {}).items():
         os.environ[key] = value
-    from autotune.cases import Case
-    from autotune.correctness import CaseBench
+    from autotune.core.cases import Case
     from autotune.evaluate import FAULT_ENV, evaluate_plan
+    from autotune.judge.gate import CaseBench
 
     os.environ.pop(FAULT_ENV, None)  # faults are passed per request, by trial number
+    from autotune.core.profiles import select_profile
+    from autotune.core.reference import TransformerConfig
     from autotune.measure import TimingSettings
     from autotune.plan import Plan
-    from autotune.profiles import select_profile
-    from autotune.reference import TransformerConfig
 
     selection = select_profile(setup["profile"], emulate=setup["emulated"])
     c = setup["case"]
@@ -193,7 +193,7 @@ def _worker_main(
     index: int, job: WorkerJob, tickets: Any, in_flight: Any, env: dict[str, str]
 ) -> None:
     os.environ.update(env)
-    from autotune.study import run_worker_trials
+    from autotune.search.study import run_worker_trials
 
     run_worker_trials(job, index, tickets, in_flight)
 
@@ -206,7 +206,7 @@ def run_workers(job: WorkerJob, workers: int, gpus: int, rounds: int = 4) -> Non
     """
     import optuna
 
-    from autotune.study import completed_trials, open_storage
+    from autotune.search.study import completed_trials, open_storage
 
     storage = open_storage(job.storage_url, job.heartbeat_interval, job.grace_period)
     for _ in range(rounds):
@@ -281,9 +281,9 @@ def _spawn(i: int, job: WorkerJob, tickets: Any, in_flight: Any, gpus: int) -> A
 
 
 def _job_study_name(job: WorkerJob) -> str:
-    from autotune.cases import get_case
-    from autotune.space import available_spaces, select_space
-    from autotune.study import study_name
+    from autotune.core.cases import get_case
+    from autotune.search.space import available_spaces, select_space
+    from autotune.search.study import study_name
 
     case = get_case(job.case_id)
     space = select_space(job.profile, case, available_spaces(list(job.space_files)))

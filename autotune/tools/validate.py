@@ -12,14 +12,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from autotune.cases import Case, CaseKey, get_case, parse_custom
-from autotune.correctness import SELECTION_GATE, CaseBench
+from autotune.core.cases import Case, CaseKey, get_case, parse_custom
+from autotune.core.outcome import Outcome, OutcomeKind
+from autotune.core.profiles import ProfileSelection
 from autotune.evaluate import evaluate_plan
+from autotune.judge.gate import SELECTION_GATE, CaseBench
 from autotune.measure import TimingSettings
-from autotune.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
-from autotune.profiles import ProfileSelection
-from autotune.runtime import DispatchTable, compatibility_problems
+from autotune.runtime.dispatch import DispatchTable, compatibility_problems
 
 HOLDS = "holds"
 NO_LONGER_WINS = "no longer wins"

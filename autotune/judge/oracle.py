@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from autotune.reference import LAYERNORM_EPS, ReferenceTransformer, TransformerConfig
+from autotune.core.reference import LAYERNORM_EPS, ReferenceTransformer, TransformerConfig
 
 
 def streamed_attention(

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from autotune.cases import Case
+from autotune.core.cases import Case
 from autotune.plan import KNOBS_BY_NAME, REFERENCE_PLAN, Plan
 
 SPACES_ENV = "AUTOTUNE_SPACES"

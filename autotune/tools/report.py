@@ -63,7 +63,7 @@ def _backend(plan: dict[str, Any]) -> str:
 
 def study_frame(study: Any) -> pd.DataFrame:
     """One row per finished trial of an Optuna study, with its plan and outcome."""
-    from autotune.study import is_feasible
+    from autotune.search.study import is_feasible
 
     rows = []
     for t in study.get_trials(deepcopy=False):
@@ -285,7 +285,7 @@ def knob_importances(studies: list[Any]) -> pd.DataFrame:
 
 def tuning_cost(studies: list[Any]) -> pd.DataFrame:
     """Per study: case, trials, summed trial wall time, feasible trials."""
-    from autotune.study import is_feasible
+    from autotune.search.study import is_feasible
 
     rows = []
     for study in studies:

@@ -28,10 +28,9 @@ import torch
 from torch import Tensor
 
 from autotune.build import build_candidate
-from autotune.cases import Case
-from autotune.device import DeviceInfo, pinned_copy
-from autotune.plan import REFERENCE_PLAN, Plan
-from autotune.reference import (
+from autotune.core.cases import Case
+from autotune.core.device import DeviceInfo, pinned_copy
+from autotune.core.reference import (
     ACCURACY_SEEDS,
     ATOL,
     RTOL,
@@ -42,6 +41,7 @@ from autotune.reference import (
     generate_random_case,
     official_settings,
 )
+from autotune.plan import REFERENCE_PLAN, Plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +158,7 @@ def verify_full_batch(
 ) -> list[RouteRecord]:
     """Every route on every seed's whole batch against the streamed oracle (see module).
     ``on_seed`` sees the records after each seed (to save partial results)."""
-    from autotune.oracle import StreamedOracle
+    from autotune.judge.oracle import StreamedOracle
 
     if not routes:
         raise ValueError("verify_full_batch needs at least one route")

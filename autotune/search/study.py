@@ -20,15 +20,15 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.cases import Case
-from autotune.correctness import CaseBench
-from autotune.device import project_commit, software_versions
+from autotune.core.cases import Case
+from autotune.core.device import project_commit, software_versions
+from autotune.core.outcome import Outcome, OutcomeKind
+from autotune.core.profiles import ProfileSelection
 from autotune.evaluate import evaluate_plan
+from autotune.judge.gate import CaseBench
 from autotune.measure import STUDY_TIMING, TimingSettings, predict_peak_bytes
-from autotune.outcome import Outcome, OutcomeKind
 from autotune.plan import REFERENCE_PLAN, Plan
-from autotune.profiles import ProfileSelection
-from autotune.space import SearchSpace
+from autotune.search.space import SearchSpace
 
 OBJECTIVES = ("relative_latency", "peak_memory_mib")
 PENALTY_LATENCY = 100.0  # relative latency recorded for plans that did not pass
@@ -116,7 +116,7 @@ def warm_start_plans(
     out: list[tuple[Plan, str]] = []
     for src in sources:
         if src.endswith(".py") or Path(src).is_file():
-            from autotune.runtime import load_table
+            from autotune.runtime.dispatch import load_table
 
             table = load_table(src)
             for entry in table.entries.values():
@@ -138,7 +138,7 @@ def warm_start_plans(
                 and name.split("|", 1)[0] == profile
             ):
                 continue
-            from autotune.select import pareto_front
+            from autotune.ship.select import pareto_front
 
             for t in pareto_front(study.get_trials(deepcopy=False))[:per_study]:
                 plan = trial_plan(t)
@@ -329,7 +329,7 @@ def _study_for(
 
 
 def _reference_note(case: Case, selection: ProfileSelection) -> str:
-    from autotune.correctness import dense_reference_fits
+    from autotune.judge.gate import dense_reference_fits
 
     if dense_reference_fits(case, selection.effective_device()):
         return "dense reference, full batch"
@@ -348,7 +348,7 @@ def _evaluator(
     from autotune.evaluate import fault_for_trial
 
     if isolate:
-        from autotune.workers import TrialRunner
+        from autotune.search.workers import TrialRunner
 
         runner = TrialRunner(
             {
@@ -436,10 +436,10 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
     """One worker process: take a ticket, run one trial (heartbeats on), repeat."""
     import queue
 
-    from autotune.cases import get_case
-    from autotune.profiles import select_profile
-    from autotune.space import available_spaces, select_space
-    from autotune.workers import KILL_WORKER_ENV
+    from autotune.core.cases import get_case
+    from autotune.core.profiles import select_profile
+    from autotune.search.space import available_spaces, select_space
+    from autotune.search.workers import KILL_WORKER_ENV
 
     selection = select_profile(job.profile, emulate=job.emulated)
     case = get_case(job.case_id)

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import torch
 
-from autotune.cases import Case
-from autotune.correctness import CaseBench, GateSettings, run_gate
-from autotune.device import DeviceInfo
+from autotune.core.cases import Case
+from autotune.core.device import DeviceInfo
+from autotune.core.profiles import ProfileSelection
+from autotune.core.reference import official_settings
+from autotune.judge.gate import CaseBench, GateSettings, run_gate
 from autotune.measure import (
     OFFICIAL_TIMING,
     TimingSettings,
@@ -22,9 +24,7 @@ from autotune.measure import (
     tensor_bytes,
 )
 from autotune.plan import Plan
-from autotune.profiles import ProfileSelection
-from autotune.reference import official_settings
-from autotune.runtime import DispatchedTransformer, DispatchTable
+from autotune.runtime.dispatch import DispatchedTransformer, DispatchTable
 
 BENCH_GATE = GateSettings(padded_seeds=())  # the official protocol: 5 seeds, as given
 
@@ -146,7 +146,7 @@ def bench_anchors(
 ) -> dict[str, tuple[str, float | None]]:
     """What a user would reach for instead, each paired with the reference in a fresh
     process: a failing anchor is reported as failing, never timed as a win."""
-    from autotune.workers import TrialRunner
+    from autotune.search.workers import TrialRunner
 
     out: dict[str, tuple[str, float | None]] = {}
     for name in names:

@@ -10,11 +10,11 @@ from typing import Any
 import torch
 
 from autotune.build import build_candidate
-from autotune.correctness import OFFICIAL_GATE, CaseBench, run_gate
+from autotune.core.reference import official_settings
 from autotune.evaluate import _cleanup, classify_exception
+from autotune.judge.gate import OFFICIAL_GATE, CaseBench, run_gate
 from autotune.measure import TimingSettings, count_kernels, measure_interleaved, paired_stats
 from autotune.plan import Plan
-from autotune.reference import official_settings
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from autotune.reference import (
+from autotune.core.reference import (
     CorrectnessReport,
     ReferenceTransformer,
     TransformerConfig,

@@ -30,11 +30,11 @@ from typing import Any
 
 import optuna
 
-from autotune.files import write_atomic
-from autotune.outcome import Outcome
+from autotune.core.files import write_atomic
+from autotune.core.outcome import Outcome
 from autotune.plan import Plan
-from autotune.space import SearchSpace
-from autotune.study import PENALTY_LATENCY, make_sampler
+from autotune.search.space import SearchSpace
+from autotune.search.study import PENALTY_LATENCY, make_sampler
 
 WITHIN = 0.03
 

@@ -127,7 +127,7 @@ def project_commit() -> str | None:
     """
     if os.environ.get("AUTOTUNE_COMMIT"):
         return os.environ["AUTOTUNE_COMMIT"]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--verify", "HEAD"],

@@ -7,7 +7,7 @@ import enum
 import math
 from typing import Any
 
-from autotune.reference import CorrectnessReport
+from autotune.core.reference import CorrectnessReport
 
 
 class OutcomeKind(enum.StrEnum):

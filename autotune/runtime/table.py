@@ -1,0 +1,231 @@
+"""The generated table: its format (canonical content hash, Python-literal rendering),
+the one reader of table files, loading with integrity checks, and whether a table may
+serve on this device and software stack.
+
+Shared by the exporter and the runtime dispatcher; imports torch and the standard
+library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import json
+import re
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from autotune.core.device import DeviceInfo, software_versions
+from autotune.plan import Plan
+
+SCHEMA_VERSION = 1
+TABLE_FIELDS = (
+    "SCHEMA_VERSION",
+    "PROFILE",
+    "TABLE_VERSION",
+    "PROVENANCE",
+    "ENTRIES",
+    "CONTENT_HASH",
+)
+
+
+def canonical_payload(
+    profile: str, version: int, provenance: dict[str, Any], entries: dict[tuple[Any, ...], Any]
+) -> str:
+    """The bytes the content hash covers: everything in the table but the hash itself."""
+    body = {
+        "schema": SCHEMA_VERSION,
+        "profile": profile,
+        "version": version,
+        "provenance": provenance,
+        "entries": [[list(k), entries[k]] for k in sorted(entries, key=_key_order)],
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def content_hash(
+    profile: str, version: int, provenance: dict[str, Any], entries: dict[tuple[Any, ...], Any]
+) -> str:
+    payload = canonical_payload(profile, version, provenance, entries)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _key_order(key: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(
+        f"{v:012d}" if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in key
+    )
+
+
+def render(value: Any, indent: int = 0) -> str:
+    """A deterministic Python literal, one dict item per line, keys sorted."""
+    pad = "    " * (indent + 1)
+    end = "    " * indent
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        keys = sorted(value, key=lambda k: _key_order(k) if isinstance(k, tuple) else (str(k),))
+        items = [f"{pad}{render(k, indent + 1)}: {render(value[k], indent + 1)}," for k in keys]
+        return "{\n" + "\n".join(items) + f"\n{end}}}"
+    if isinstance(value, tuple):
+        inner = ", ".join(render(v, indent + 1) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        if all(not isinstance(v, (dict, list, tuple)) for v in value):
+            return "[" + ", ".join(render(v, indent + 1) for v in value) + "]"
+        items = [f"{pad}{render(v, indent + 1)}," for v in value]
+        return "[\n" + "\n".join(items) + f"\n{end}]"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"a table cannot hold the non-finite number {value!r}")
+        return repr(value)
+    if value is None or isinstance(value, (bool, int, str)):
+        return repr(value)
+    raise TypeError(f"a table cannot hold {type(value).__name__} {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DispatchTable:
+    profile: str
+    version: int
+    provenance: Mapping[str, Any]
+    entries: Mapping[tuple[Any, ...], Mapping[str, Any]]
+    content_hash: str
+    source: str
+    problems: tuple[str, ...] = ()  # set: the table is refused as a whole
+
+    @property
+    def usable(self) -> bool:
+        return not self.problems
+
+
+def read_table_file(path: Path) -> dict[str, Any]:
+    """The table's literal assignments, read without executing the file."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ValueError(f"cannot read table {str(path)!r}: {exc}") from exc
+    values: dict[str, Any] = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+        ):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError as exc:
+                raise ValueError(
+                    f"table {str(path)!r}: {node.targets[0].id} is not a literal ({exc}); "
+                    "re-export it with 'autotune export'"
+                ) from exc
+    return values
+
+
+def load_table(
+    table: str | Path | types.ModuleType | Mapping[str, Any] | DispatchTable,
+) -> DispatchTable:
+    """Read a table (a path, an imported module or a mapping) and check its integrity.
+
+    A table that is malformed raises ValueError. One whose hash does not match its
+    content loads with ``problems`` set: it will be refused and the reference serves.
+    """
+    if isinstance(table, DispatchTable):
+        return table
+    if isinstance(table, (str, Path)):
+        path = Path(table)
+        if not path.is_file():
+            raise ValueError(
+                f"table file {str(path)!r} does not exist; make one with "
+                "'autotune export --gpu PROFILE'"
+            )
+        values, source = read_table_file(path), str(path)
+    elif isinstance(table, types.ModuleType):
+        values = {k: getattr(table, k) for k in TABLE_FIELDS if hasattr(table, k)}
+        source = getattr(table, "__file__", None) or table.__name__
+    else:
+        values, source = dict(table), "<mapping>"
+    missing = [k for k in TABLE_FIELDS if k not in values]
+    if missing:
+        raise ValueError(f"{source} is not a dispatch table: it lacks {missing}")
+    problems = []
+    if values["SCHEMA_VERSION"] != SCHEMA_VERSION:
+        problems.append(
+            f"schema version {values['SCHEMA_VERSION']} is not the supported "
+            f"{SCHEMA_VERSION}; re-export the table with this autotune"
+        )
+    entries = {tuple(k): v for k, v in values["ENTRIES"].items()}
+    try:
+        actual = content_hash(
+            values["PROFILE"], values["TABLE_VERSION"], values["PROVENANCE"], entries
+        )
+    except (TypeError, ValueError) as exc:
+        actual = f"unhashable ({exc})"
+    if actual != values["CONTENT_HASH"]:
+        problems.append(
+            f"content hash mismatch: the file says {str(values['CONTENT_HASH'])[:16]}..., its "
+            f"content hashes to {actual[:16]}...; the table was edited after export: "
+            "re-export it with 'autotune export'"
+        )
+    return DispatchTable(
+        values["PROFILE"],
+        int(values["TABLE_VERSION"]),
+        values["PROVENANCE"],
+        entries,
+        values["CONTENT_HASH"],
+        source,
+        tuple(problems),
+    )
+
+
+def _major_minor(version: str | None) -> str | None:
+    if not version:
+        return None
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return f"{m.group(1)}.{m.group(2)}" if m else version
+
+
+def compatibility_problems(table: DispatchTable, device: DeviceInfo) -> list[str]:
+    """Why this table must not serve on this device and software stack (empty: fine)."""
+    prov = table.provenance
+    made_on = prov.get("device", {})
+    problems = []
+    if made_on.get("type") != device.type:
+        problems.append(
+            f"table was made on a {made_on.get('type')} device, this is "
+            f"{device.type} ({device.name})"
+        )
+    elif device.type == "cuda":
+        cap = tuple(made_on.get("capability") or ())
+        if cap != tuple(device.capability or ()):
+            problems.append(
+                f"table was made for capability sm_{''.join(map(str, cap))} "
+                f"({made_on.get('name')}), this GPU is {device.sm} ({device.name})"
+            )
+        elif made_on.get("name") != device.name and not prov.get("emulated"):
+            problems.append(
+                f"table was made on {made_on.get('name')}, this GPU is "
+                f"{device.name}; validate it here with 'autotune validate'"
+            )
+    versions = prov.get("versions", {})
+    here = software_versions()
+    if _major_minor(versions.get("torch")) != _major_minor(here["torch"]):
+        problems.append(
+            f"table was made with torch {versions.get('torch')}, this is torch "
+            f"{here['torch']}; re-validate or re-tune"
+        )
+    uses_triton = any(
+        Plan.from_dict(e.get("plan", {})).uses_triton
+        for e in table.entries.values()
+        if e.get("admitted")
+    )
+    if uses_triton and _major_minor(versions.get("triton")) != _major_minor(here["triton"]):
+        problems.append(
+            f"table uses Triton kernels made with triton {versions.get('triton')}, "
+            f"this is triton {here['triton']}"
+        )
+    return problems

@@ -1,0 +1,1 @@
+"""What people run on results: bench, validate, compare and report."""
