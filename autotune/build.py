@@ -1,7 +1,9 @@
 """The builder: plan + config -> an nn.Module with the reference's names and signature.
 
 ``not_supported_reasons(plan, config, device)`` says, before any work, why a plan cannot
-run on a case and device (xformers style). ``build_candidate`` returns a
+run on a case and device (xformers style): its backends' reasons (``autotune.backends``,
+the registry every attention, LayerNorm, FFN and fused-layer choice lives in), then the
+execution knobs'. ``build_candidate`` returns a
 ``CandidateTransformer``: a subclass of the reference (so the state dict is the same)
 whose forward follows the plan. Derived weights (packed QKV, fp16 copies) are made once
 per weight version, never per call. Inputs the plan has no fast path for (a general
@@ -11,24 +13,30 @@ right: a candidate is a drop-in for the reference on every input.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from autotune.core.device import DeviceInfo, triton_usable
+from autotune import backends
+from autotune.backends import MASK_GENERAL, MASK_NONE, MASK_RIGHT_PADDED, AttentionCall
+from autotune.backends.precision import DTYPES, linear
+from autotune.core.device import DeviceInfo
 from autotune.core.reference import LAYERNORM_EPS, ReferenceTransformer, TransformerConfig
 from autotune.plan import Plan
 
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-# Mask kinds found at run time (never assumed).
-MASK_NONE = "none"  # no mask given, or an all-True mask that the plan may drop
-MASK_RIGHT_PADDED = "right-padded"  # every row is a prefix of True
-MASK_GENERAL = "general"
+__all__ = [
+    "MASK_GENERAL",
+    "MASK_NONE",
+    "MASK_RIGHT_PADDED",
+    "CandidateTransformer",
+    "UnsupportedPlan",
+    "build_candidate",
+    "classify_mask",
+    "not_supported_reasons",
+]
 
 
 class UnsupportedPlan(ValueError):
@@ -42,102 +50,20 @@ class UnsupportedPlan(ValueError):
 def not_supported_reasons(
     plan: Plan, config: TransformerConfig, device: DeviceInfo, *, prune: bool = False
 ) -> list[str]:
-    """Every reason the plan cannot run on this case and device (empty: supported).
+    """Every reason the plan cannot run on this case and device (empty: supported): its
+    backends' (``autotune.backends``), then how the forward is executed.
 
     ``prune`` adds reasons a search should skip a plan that would run but waste its
     time (Triton tiles larger than the padded sequence)."""
+    return backends.not_supported_reasons(plan, config, device, prune=prune) + execution_reasons(
+        plan, device
+    )
+
+
+def execution_reasons(plan: Plan, device: DeviceInfo) -> list[str]:
+    """The rules of the execution knobs: host I/O, CUDA graphs, torch.compile."""
     reasons: list[str] = []
     cuda = device.type == "cuda"
-    cap = device.capability or (0, 0)
-    for what, prec in (
-        ("attn_precision", plan.attn_precision),
-        ("gemm_precision", plan.gemm_precision),
-    ):
-        if prec == "bf16" and cuda and cap < (8, 0):
-            reasons.append(f"{what}=bf16 needs sm_80+, device is {device.sm}")
-    att = plan.attention
-    if att == "sdpa_efficient" and not cuda:
-        reasons.append("attention=sdpa_efficient needs CUDA (the CPU has math and flash only)")
-    if att in ("sdpa_flash", "sdpa_cudnn") and cuda:
-        if plan.attn_precision not in ("fp16", "bf16"):
-            reasons.append(
-                f"attention={att} on CUDA needs attn_precision fp16 or bf16, "
-                f"got {plan.attn_precision}"
-            )
-        if cap < (8, 0):
-            reasons.append(f"attention={att} needs sm_80+, device is {device.sm}")
-        if config.head_dim % 8 != 0 or config.head_dim > 256:
-            reasons.append(
-                f"attention={att} needs head_dim a multiple of 8 and <= 256, got {config.head_dim}"
-            )
-    if att == "sdpa_cudnn" and not cuda:
-        reasons.append("attention=sdpa_cudnn needs CUDA")
-    if att == "sdpa_efficient" and cuda and config.head_dim > 256:
-        reasons.append(f"attention=sdpa_efficient needs head_dim <= 256, got {config.head_dim}")
-    if plan.uses_triton:
-        ok, why = triton_usable(device)
-        if not ok:
-            reasons.append(why)
-        elif att in ("triton", "polynomial"):  # polynomial: the guard's exact path
-            from kernels import attention as tri_attn
-
-            reasons += tri_attn.not_supported_reasons(
-                head_dim=config.head_dim,
-                seq_len=config.seq_len,
-                block_m=plan.attn_block_m,
-                block_n=plan.attn_block_n,
-                num_warps=plan.attn_warps,
-                num_stages=plan.attn_stages,
-                precision=_triton_precision(plan.attn_precision),
-                device_type=device.type,
-                capability=device.capability,
-                smem_bytes=device.smem_per_block or None,
-                prune_pointless=prune,
-            )
-    if plan.fused_block and triton_usable(device)[0]:
-        from kernels import block as fused
-
-        if plan.gemm_precision != plan.attn_precision:
-            reasons.append(
-                "fused_block runs every product at one operand precision: set gemm_precision "
-                f"= attn_precision ({plan.attn_precision}), got {plan.gemm_precision}"
-            )
-        reasons += fused.not_supported_reasons(
-            seq_len=config.seq_len,
-            d_model=config.d_model,
-            num_heads=config.num_heads,
-            ffn_dim=config.ffn_dim,
-            block_m=plan.attn_block_m,
-            num_warps=plan.attn_warps,
-            num_stages=plan.attn_stages,
-            precision=_triton_precision(plan.attn_precision),
-            device_type=device.type,
-            capability=device.capability,
-            smem_bytes=device.smem_per_block or None,
-        )
-    if att == "polynomial":
-        if not config.causal:
-            reasons.append("attention=polynomial needs a causal model (its scan is causal)")
-        if plan.cuda_graph:
-            reasons.append(
-                "attention=polynomial reads its guard on the host each layer; set cuda_graph false"
-            )
-        if triton_usable(device)[0]:
-            from kernels import polynomial as poly
-
-            reasons += poly.not_supported_reasons(
-                head_dim=config.head_dim,
-                chunk=plan.poly_chunk,
-                precision=_triton_precision(plan.attn_precision),
-                capability=device.capability,
-                device_type=device.type,
-                smem_bytes=device.smem_per_block or None,
-            )
-    if plan.query_chunk and att != "reference":
-        reasons.append(
-            f"query_chunk={plan.query_chunk} applies to attention=reference (the fused "
-            f"backends never hold the scores), got attention={att}"
-        )
     if plan.host_io:
         if not cuda:
             reasons.append("host_io=true needs CUDA (on the CPU the input is already host memory)")
@@ -157,36 +83,6 @@ def not_supported_reasons(
             "compile with the project's Triton kernels is not supported; set compile none"
         )
     return reasons
-
-
-def _triton_precision(prec: str) -> str:
-    return "tf32" if prec == "fp32" else prec
-
-
-@contextlib.contextmanager
-def _matmul_precision(prec: str) -> Iterator[None]:
-    """``ieee``: turn TF32 off for the ops inside; other precisions leave flags alone."""
-    if prec != "ieee":
-        yield
-        return
-    prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
-
-
-def _sdpa_backend(name: str) -> Any:
-    from torch.nn.attention import SDPBackend
-
-    return {
-        "sdpa_math": SDPBackend.MATH,
-        "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
-        "sdpa_flash": SDPBackend.FLASH_ATTENTION,
-        "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION,
-    }[name]
 
 
 def classify_mask(mask: Tensor | None) -> str:
@@ -230,7 +126,7 @@ class _LayerWeights:
 
     def __init__(self, layer: Any, plan: Plan) -> None:
         att = layer.attention
-        gdt = _DTYPES.get(plan.gemm_precision)
+        gdt = DTYPES.get(plan.gemm_precision)
         self.sources: list[Tensor] = []  # parameters that derived tensors were made from
 
         def cast(t: Tensor) -> Tensor:
@@ -281,6 +177,10 @@ class CandidateTransformer(ReferenceTransformer):
         # Polynomial attention: the guard's decision for every layer (and batch chunk) of
         # the last forward, in order: what ran, and why.
         self.guard_log: list[Any] = []
+        self._attention_backend = backends.attention(plan.attention)
+        self._norm_backend = backends.get("layernorm", plan.layernorm)
+        self._ffn_backend = backends.get("ffn_act", plan.ffn_act)
+        self._layer_backend = backends.get("fused_block", plan.fused_block)
         self._core: Callable[..., Tensor] = self._forward_core
         if plan.compile != "none":
             _raise_dynamo_limits()
@@ -419,125 +319,43 @@ class CandidateTransformer(ReferenceTransformer):
     def _forward_core(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
-        if self.plan.fused_block and kind != MASK_GENERAL:
-            return self._fused_forward(x, mask)
+        if self._layer_backend.fused and kind != MASK_GENERAL:
+            if self._block is None:
+                self._block = self._layer_backend.prepare(self)
+            return self._layer_backend.forward(self._block, x, mask, self.plan, self.config)
         return self._unfused_forward(x, mask, kind, weights)
-
-    def _fused_forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        from kernels import block as fused
-
-        if self._block is None:
-            self._block = fused.weights_from_model(self)
-        layers, final = self._block
-        lengths = None if mask is None else mask.sum(dim=1, dtype=torch.int32)
-        return fused.fused_forward(
-            x.contiguous(),
-            layers,
-            final,
-            num_heads=self.config.num_heads,
-            causal=self.config.causal,
-            key_lengths=lengths,
-            precision=_triton_precision(self.plan.attn_precision),
-            block_m=self.plan.attn_block_m,
-            num_warps=self.plan.attn_warps,
-            num_stages=self.plan.attn_stages,
-        )
 
     def _unfused_forward(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
-        zero_rows = mask is not None
-        keep = None if mask is None else mask.unsqueeze(-1)
-        use_triton_ln = self.plan.layernorm == "triton"
-        h = None
-        for i, (_layer, w) in enumerate(zip(self.layers, weights, strict=True)):
-            if h is None:
-                h = self._layernorm(x, w.n1)
+        norm = self._norm_backend
+        h = F.layer_norm(x, (self.config.d_model,), *weights[0].n1, LAYERNORM_EPS)
+        for i, w in enumerate(weights):
             a = self._attention(h, mask, kind, w)
-            if use_triton_ln:
-                from kernels.layernorm import add_layernorm
-
-                x, h = add_layernorm(x, a, *w.n2, eps=LAYERNORM_EPS)
-            else:
-                x = x + a
-                h = self._layernorm(x, w.n2)
-            f = self._ffn(h, w)
-            last = i == len(self.layers) - 1
-            nxt = self.final_norm if last else self.layers[i + 1].norm1
-            if use_triton_ln:
-                from kernels.layernorm import add_layernorm
-
-                x, h = add_layernorm(
-                    x,
-                    f,
-                    nxt.weight,
-                    nxt.bias,
-                    eps=LAYERNORM_EPS,
-                    row_mask=mask.reshape(-1) if mask is not None else None,
-                    zero_sum_rows=zero_rows,
-                    zero_out_rows=zero_rows and last,
-                )
-            else:
-                x = x + f
-                if keep is not None:
-                    x = x.masked_fill(~keep, 0.0)
-                h = None
-        if h is None or not use_triton_ln:
-            h = F.layer_norm(
-                x,
-                (self.config.d_model,),
-                self.final_norm.weight,
-                self.final_norm.bias,
-                LAYERNORM_EPS,
+            x, h = norm.add_norm(x, a, *w.n2)
+            f = self._linear(
+                self._ffn_backend.inner(h, w.ffn_in_w, w.ffn_in_b, self.plan.gemm_precision),
+                w.ffn_out_w,
+                w.ffn_out_b,
             )
-            if keep is not None:
-                h = h.masked_fill(~keep, 0.0)
+            last = i == len(weights) - 1
+            nxt = self.final_norm if last else self.layers[i + 1].norm1
+            # Padded rows are zeroed after every layer, and in the final norm's output.
+            x, h = norm.add_norm(
+                x, f, nxt.weight, nxt.bias, mask, zero_sum_rows=True, zero_out_rows=last
+            )
         return h
-
-    def _layernorm(self, x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
-        return F.layer_norm(x, (self.config.d_model,), wb[0], wb[1], LAYERNORM_EPS)
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor, keep_half: bool = False) -> Tensor:
         """x @ W^T + b at the plan's GEMM precision; fp32 out unless ``keep_half``."""
-        prec = self.plan.gemm_precision
-        if prec in _DTYPES:
-            y = F.linear(x.to(_DTYPES[prec]), weight, bias)
-            return y if keep_half else y.float()
-        with _matmul_precision(prec):
-            return F.linear(x, weight, bias)
-
-    def _ffn(self, h: Tensor, w: _LayerWeights) -> Tensor:
-        act = self.plan.ffn_act
-        if act == "torch":
-            inner = F.gelu(self._linear(h, w.ffn_in_w, w.ffn_in_b))
-        elif act == "triton_epilogue":
-            from kernels.ffn import bias_gelu
-
-            prec = self.plan.gemm_precision
-            if prec in _DTYPES:
-                y = F.linear(h.to(_DTYPES[prec]), w.ffn_in_w).float()
-            else:
-                with _matmul_precision(prec):
-                    y = F.linear(h, w.ffn_in_w)
-            inner = bias_gelu(y, w.ffn_in_b.float(), inplace=True)
-        else:
-            from kernels.ffn import linear_gelu
-
-            shape = h.shape
-            inner = linear_gelu(
-                h.reshape(-1, shape[-1]),
-                w.ffn_in_w,
-                w.ffn_in_b,
-                precision=_triton_precision(self.plan.gemm_precision),
-            ).view(*shape[:-1], -1)
-        return self._linear(inner, w.ffn_out_w, w.ffn_out_b)
+        return linear(x, weight, bias, self.plan.gemm_precision, keep_half)
 
     # --- attention ------------------------------------------------------------------
     def _attention(self, h: Tensor, mask: Tensor | None, kind: str, w: _LayerWeights) -> Tensor:
         _b, _s, d = h.shape
         # fp16/bf16 GEMMs feeding attention of the same precision hand over their half
         # output as is: no round trip through fp32 (two kernels and 3x the bytes saved).
-        keep = self.plan.gemm_precision == self.plan.attn_precision in _DTYPES
+        keep = self.plan.gemm_precision == self.plan.attn_precision in DTYPES
         if self.plan.qkv == "packed":
             qkv = self._linear(h, w.qkv_w, w.qkv_b, keep_half=keep)
             q, k, v = qkv.split(d, dim=-1)
@@ -545,182 +363,14 @@ class CandidateTransformer(ReferenceTransformer):
             q = self._linear(h, *w.q, keep_half=keep)
             k = self._linear(h, *w.k, keep_half=keep)
             v = self._linear(h, *w.v, keep_half=keep)
-        if self.plan.attention == "polynomial" and kind != MASK_GENERAL:
-            context = self._polynomial_attention(q, k, v)
-        elif self.plan.attention in ("triton", "polynomial") and kind != MASK_GENERAL:
-            context = self._triton_attention(q, k, v, mask, kind)
-        else:
-            context = self._torch_attention(q, k, v, mask, kind)
-        out = self._linear(context, w.out_w, w.out_b)
+        backend = self._attention_backend
+        if kind == MASK_GENERAL and not backend.general_masks:
+            backend = backends.attention("reference")  # the reference's arithmetic serves
+        call = AttentionCall(q, k, v, mask, kind, self.plan, self.config, self.guard_log)
+        out = self._linear(backend.attend(call), w.out_w, w.out_b)
         if mask is not None:
             out = out.masked_fill(~mask.unsqueeze(-1), 0.0)
         return out
-
-    def _triton_attention(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, kind: str
-    ) -> Tensor:
-        from kernels.attention import attention as triton_attention
-
-        c = self.config
-        b, s, d = q.shape
-        shape = (b, s, c.num_heads, c.head_dim)
-        lengths = None
-        # Causal + right padding: valid rows never see a padded key, so the key mask is a
-        # no-op there; non-causal right padding is a key-length bound.
-        if mask is not None and not (c.causal and kind == MASK_RIGHT_PADDED):
-            lengths = mask.sum(dim=1, dtype=torch.int32)
-        out = torch.empty(b, s, d, device=q.device, dtype=torch.float32)
-        triton_attention(
-            q.view(shape),
-            k.view(shape),
-            v.view(shape),
-            causal=c.causal,
-            key_lengths=lengths,
-            out=out.view(shape),
-            block_m=self.plan.attn_block_m,
-            block_n=self.plan.attn_block_n,
-            num_warps=self.plan.attn_warps,
-            num_stages=self.plan.attn_stages,
-            precision=_triton_precision(self.plan.attn_precision),
-        )
-        return out
-
-    def _polynomial_attention(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Guarded polynomial attention (causal; with right padding the key mask is a
-        no-op for valid rows, and padded rows are zeroed after out_proj). The guard's
-        decision is appended to ``guard_log``."""
-        from kernels.polynomial import guarded_attention
-
-        c = self.config
-        b, s, d = q.shape
-        shape = (b, s, c.num_heads, c.head_dim)
-        out = torch.empty(b, s, d, device=q.device, dtype=torch.float32)
-        precision = _triton_precision(self.plan.attn_precision)
-        _, decision = guarded_attention(
-            q.view(shape),
-            k.view(shape),
-            v.view(shape),
-            causal=True,
-            scale=c.head_dim**-0.5,
-            threshold=self.plan.poly_guard,
-            chunk=self.plan.poly_chunk,
-            exact_prefix=min(self.plan.poly_exact_prefix, s),
-            precision=precision,
-            out=out.view(shape),
-            exact_kwargs={
-                "block_m": self.plan.attn_block_m,
-                "block_n": self.plan.attn_block_n,
-                "num_warps": self.plan.attn_warps,
-                "num_stages": self.plan.attn_stages,
-                "precision": precision,
-            },
-        )
-        self.guard_log.append(decision)
-        return out
-
-    def _torch_attention(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, kind: str
-    ) -> Tensor:
-        c = self.config
-        b, s, d = q.shape
-
-        def heads(t: Tensor) -> Tensor:
-            t = t.view(b, s, c.num_heads, c.head_dim).transpose(1, 2)
-            return t.contiguous() if self.plan.heads == "contiguous" else t
-
-        q, k, v = heads(q), heads(k), heads(v)
-        prec = self.plan.attn_precision
-        if prec in _DTYPES:
-            q, k, v = q.to(_DTYPES[prec]), k.to(_DTYPES[prec]), v.to(_DTYPES[prec])
-        scale = c.head_dim**-0.5
-        # The key mask is needed unless it was proven a no-op: all-True (kind none), or
-        # causal with right padding (valid rows only see valid keys; padded rows are
-        # zeroed after out_proj).
-        need_key_mask = mask is not None and not (c.causal and kind == MASK_RIGHT_PADDED)
-        with _matmul_precision(prec):
-            if self.plan.attention == "reference" or (
-                self.plan.attention in ("triton", "polynomial") and kind == MASK_GENERAL
-            ):
-                ctx = _reference_attention(
-                    q, k, v, mask if need_key_mask else None, c.causal, scale, self.plan.query_chunk
-                )
-            else:
-                ctx = self._sdpa(q, k, v, mask if need_key_mask else None, scale)
-        return ctx.transpose(1, 2).reshape(b, s, d).float()
-
-    def _sdpa(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
-        from torch.nn.attention import sdpa_kernel
-
-        c = self.config
-        backend = self.plan.attention
-        attn_mask = None
-        is_causal = c.causal
-        if mask is not None:
-            attn_mask = mask[:, None, None, :]
-            if c.causal:
-                s = q.shape[-2]
-                tril = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
-                attn_mask = attn_mask & tril
-            is_causal = False
-            if backend == "sdpa_flash":
-                # Flash takes no explicit mask: a general mask goes to a backend that does.
-                backend = "sdpa_efficient" if q.is_cuda else "sdpa_math"
-        if backend == "sdpa_auto":  # PyTorch's own choice: what a user swapping in SDPA gets
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale
-            )
-        with sdpa_kernel(_sdpa_backend(backend)):
-            return F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale
-            )
-
-
-def _reference_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    key_mask: Tensor | None,
-    causal: bool,
-    scale: float,
-    query_chunk: int = 0,
-) -> Tensor:
-    """The reference's attention arithmetic; with ``query_chunk`` the query rows go in
-    prefix chunks: rows [i0, i1) against keys [0, i1) when causal (the keys after i1 are
-    masked for every row of the chunk anyway), so only one chunk's scores exist at once."""
-    s = q.shape[-2]
-    if 0 < query_chunk < s:
-        parts = []
-        for i0 in range(0, s, query_chunk):
-            i1 = min(s, i0 + query_chunk)
-            kend = i1 if causal else s
-            parts.append(
-                _attention_block(
-                    q[..., i0:i1, :],
-                    k[..., :kend, :],
-                    v[..., :kend, :],
-                    key_mask,
-                    causal,
-                    scale,
-                    i0,
-                )
-            )
-        return torch.cat(parts, dim=-2)
-    return _attention_block(q, k, v, key_mask, causal, scale, 0)
-
-
-def _attention_block(
-    q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, causal: bool, scale: float, i0: int
-) -> Tensor:
-    rows, keys = q.shape[-2], k.shape[-2]
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
-    if causal:
-        row = torch.arange(i0, i0 + rows, device=q.device)[:, None]
-        col = torch.arange(keys, device=q.device)[None, :]
-        scores = scores.masked_fill(col > row, float("-inf"))
-    if key_mask is not None:
-        scores = scores.masked_fill(~key_mask[:, None, None, :keys], float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return torch.matmul(probs, v)
 
 
 class _CapturedForward:

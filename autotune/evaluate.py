@@ -1,11 +1,21 @@
-"""One plan in, a verdict and measurements out. Never raises for a plan's failure."""
+"""The one evaluation path: plans (or ready modules) in, verdicts and measurements out.
+
+``evaluate_many(bench, candidates)`` checks each plan's support and predicted memory,
+builds it, measures its first forward's peak memory, gates it on correctness, then times
+every candidate that passed interleaved with the reference in one run. Study trials
+(one plan), the finalists' re-measurement at export, ``autotune compare`` and
+``autotune bench`` (a table's dispatcher) all go through it. It never raises for a
+candidate's failure: every failure is an ``Outcome``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -18,8 +28,8 @@ from autotune.judge.gate import OFFICIAL_GATE, CaseBench, GateSettings, run_gate
 from autotune.measure import (
     STUDY_TIMING,
     TimingSettings,
+    count_kernels,
     measure_interleaved,
-    measure_paired,
     paired_stats,
     peak_forward_memory,
     predict_peak_bytes,
@@ -52,7 +62,7 @@ def classify_exception(exc: BaseException) -> OutcomeKind:
     return OutcomeKind.RUNTIME_ERROR
 
 
-def _cleanup(cuda: bool) -> None:
+def cleanup(cuda: bool) -> None:
     gc.collect()
     if cuda:
         torch.cuda.synchronize()
@@ -112,6 +122,15 @@ def _guard_summary(model: object) -> str:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A ready module to judge and time beside plans (a table's dispatcher, say): it has
+    the reference's state dict and forward, and is on the bench's device."""
+
+    label: str
+    module: Any
+
+
 def evaluate_plan(
     bench: CaseBench,
     plan: Plan,
@@ -121,108 +140,229 @@ def evaluate_plan(
     capacity_bytes: int | None = None,
     fault: str | None = None,
 ) -> Outcome:
-    """Check support and predicted memory, build, gate on correctness, then time.
+    """One plan: support and predicted memory, build, gate, then timing against the
+    reference (``timing=None``: correctness only)."""
+    [outcome] = evaluate_many(
+        bench, [plan], timing=timing, gate=gate, capacity_bytes=capacity_bytes, fault=fault
+    )
+    return outcome
 
-    ``timing=None`` skips timing (correctness only). Every failure is an Outcome.
-    """
-    config = bench.config  # the oracle judges a batch subset where the dense reference cannot run
-    device = bench.device
-    cuda = device.type == "cuda"
-    phases: dict[str, float] = {}
-    # Memory is predicted for the whole case: a plan must fit the full batch on the device
-    # even where correctness and timing run on the oracle's subset.
-    predicted = predict_peak_bytes(plan, bench.case.config)
-    reasons = not_supported_reasons(plan, config, device, prune=True)
-    if reasons:
-        return Outcome(
-            OutcomeKind.UNSUPPORTED, "; ".join(reasons), predicted_memory_bytes=predicted
-        )
-    if capacity_bytes is not None and predicted > capacity_bytes:
-        return Outcome(
-            OutcomeKind.OUT_OF_MEMORY,
-            f"predicted peak {predicted / 2**30:.2f} GiB exceeds the capacity "
-            f"{capacity_bytes / 2**30:.2f} GiB (not run)",
-            predicted_memory_bytes=predicted,
-        )
-    model = None
+
+@dataclasses.dataclass(frozen=True)
+class _Ready:
+    """A candidate that passed the gate, waiting to be timed."""
+
+    index: int
+    timed: Callable[[], Tensor]  # the forward as it is timed
+    module: Any
+    gate: Any  # its GateResult
+    peak: int | None
+
+
+def evaluate_many(
+    bench: CaseBench,
+    candidates: Sequence[Plan | Candidate],
+    *,
+    timing: TimingSettings | None = STUDY_TIMING,
+    gate: GateSettings = OFFICIAL_GATE,
+    capacity_bytes: int | None = None,
+    max_peak_bytes: int | None = None,
+    prune: bool = True,
+    kernels: bool = False,
+    fault: str | None = None,
+) -> list[Outcome]:
+    """An outcome per candidate, in order (see the module).
+
+    ``capacity_bytes``: plans predicted above it are refused unrun. ``max_peak_bytes``:
+    candidates whose measured peak exceeds it are refused after their first forward.
+    ``prune``: also refuse plans that would run but waste a search's time. ``kernels``:
+    count each passing candidate's device kernels per forward (profiler). ``fault``:
+    the test hook (see ``fault_for_trial``)."""
+    cuda = bench.device.type == "cuda"
+    outcomes: list[Outcome | None] = [None] * len(candidates)
+    phases: list[dict[str, float]] = [{} for _ in candidates]
+    predicted = [
+        predict_peak_bytes(c, bench.case.config) if isinstance(c, Plan) else None
+        for c in candidates
+    ]
+    ready: list[_Ready] = []
+    x, mask = bench.timing_inputs()
     try:
         with official_settings():
-            t0 = time.perf_counter()
-            model = build_candidate(plan, config, device, bench.state_dict)
-            fn = _inject_fault(model, fault_for_trial(None) if fault is None else fault)
-            if plan.host_io and cuda:
-                fn = _from_host(fn)
-            phases["build"] = time.perf_counter() - t0
-            # First forward: compile/capture happen here; its peak is the plan's peak.
-            x, mask = bench.timing_inputs()
-            held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                peak = peak_forward_memory(lambda: fn(x, mask), held, cuda=cuda)
-                if not cuda:
-                    fn(x, mask)
-            phases["first_call"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            result = run_gate(bench, fn, gate)
-            phases["correctness"] = time.perf_counter() - t0
-            if not result.passed:
-                return Outcome(
-                    OutcomeKind.WRONG_RESULT,
-                    f"seed {result.failing_seed[0]}{' padded' if result.failing_seed[1] else ''}"
-                    if result.failing_seed
-                    else "",
-                    report=result.worst,
-                    seeds_checked=result.seeds_checked,
-                    padded_seeds_checked=result.padded_seeds_checked,
-                    peak_memory_bytes=peak,
-                    predicted_memory_bytes=predicted,
-                    phase_seconds=phases,
+            for i, candidate in enumerate(candidates):
+                outcome, entry = _judge(
+                    bench,
+                    candidate,
+                    predicted[i],
+                    gate,
+                    capacity_bytes,
+                    max_peak_bytes,
+                    prune,
+                    fault,
+                    phases[i],
                 )
-            stats = None
-            ref_peak = None
-            if timing is not None:
-                t0 = time.perf_counter()
-                ref = bench.reference
-                with torch.inference_mode():
-                    ref_held = tensor_bytes(x, mask) + sum(
-                        tensor_bytes(p) for p in ref.parameters()
-                    )
-                    ref_peak = peak_forward_memory(lambda: ref(x, mask), ref_held, cuda=cuda)
-                    if plan.host_io and cuda:  # time the plan as deployed: host in, host out
-                        xh, mh = pinned_copy(x), pinned_copy(mask)
-                        host_model = model
-                        timed = lambda: host_model(xh, mh)  # noqa: E731
-                    else:
-                        timed = lambda: fn(x, mask)  # noqa: E731
-                    if bench.reference_kind == "oracle":
-                        # The oracle takes seconds a forward: timed once per bench, not
-                        # interleaved with every trial (recorded as such by describe()).
-                        reps, [cand] = measure_interleaved([timed], timing, cuda=cuda)
-                        oracle_ms = bench.reference_ms()
-                        stats = paired_stats(
-                            (oracle_ms, [oracle_ms] * len(cand[1])), cand, reps, cuda
-                        )
-                    else:
-                        stats = measure_paired(lambda: ref(x, mask), timed, timing, cuda=cuda)
-                phases["timing"] = time.perf_counter() - t0
-            return Outcome(
-                OutcomeKind.PASSED,
-                _guard_summary(model),
-                report=result.worst,
-                seeds_checked=result.seeds_checked,
-                padded_seeds_checked=result.padded_seeds_checked,
-                timing=stats,
-                peak_memory_bytes=peak,
-                ref_peak_memory_bytes=ref_peak,
-                predicted_memory_bytes=predicted,
-                phase_seconds=phases,
-            )
-    except Exception as exc:  # a plan's failure is data, never the caller's crash
-        kind = classify_exception(exc)
-        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
-        if isinstance(exc, UnsupportedPlan):
-            message = str(exc)
-        return Outcome(kind, message[:500], predicted_memory_bytes=predicted, phase_seconds=phases)
+                if entry is None:
+                    outcomes[i] = outcome
+                else:
+                    deployed = _deployed(candidate, entry.module, entry.timed, x, mask, cuda)
+                    ready.append(dataclasses.replace(entry, index=i, timed=deployed))
+                entry = None
+            stats, ref_peak, counts = _time(bench, ready, timing, kernels, cuda, phases)
+        for index, outcome in [(r.index, _passed(r, stats, ref_peak, counts)) for r in ready]:
+            outcomes[index] = outcome
+    except Exception as exc:  # timing itself failed: every candidate still waiting fails
+        for index in [r.index for r in ready]:
+            outcomes[index] = _failure(exc)
     finally:
-        del model
-        _cleanup(cuda)
+        ready.clear()  # the modules go before the allocator is emptied
+        cleanup(cuda)
+    return [
+        dataclasses.replace(o, predicted_memory_bytes=predicted[i], phase_seconds=phases[i])
+        for i, o in enumerate(outcomes)
+        if o is not None
+    ]
+
+
+def _passed(
+    r: _Ready, stats: dict[int, Any], ref_peak: int | None, counts: dict[int, int | None]
+) -> Outcome:
+    return Outcome(
+        OutcomeKind.PASSED,
+        _guard_summary(r.module),
+        report=r.gate.worst,
+        seeds_checked=r.gate.seeds_checked,
+        padded_seeds_checked=r.gate.padded_seeds_checked,
+        timing=stats.get(r.index),
+        peak_memory_bytes=r.peak,
+        ref_peak_memory_bytes=ref_peak,
+        kernels_per_forward=counts.get(r.index),
+    )
+
+
+def _judge(
+    bench: CaseBench,
+    candidate: Plan | Candidate,
+    predicted: int | None,
+    gate: GateSettings,
+    capacity_bytes: int | None,
+    max_peak_bytes: int | None,
+    prune: bool,
+    fault: str | None,
+    phases: dict[str, float],
+) -> tuple[Outcome | None, _Ready | None]:
+    """Support, predicted memory, build, first forward (peak), gate: a failure's outcome
+    and None, or None and the candidate ready to be timed."""
+    cuda = bench.device.type == "cuda"
+    if isinstance(candidate, Plan):
+        reasons = not_supported_reasons(candidate, bench.config, bench.device, prune=prune)
+        if reasons:
+            return Outcome(OutcomeKind.UNSUPPORTED, "; ".join(reasons)), None
+        if capacity_bytes is not None and predicted is not None and predicted > capacity_bytes:
+            return Outcome(
+                OutcomeKind.OUT_OF_MEMORY,
+                f"predicted peak {predicted / 2**30:.2f} GiB exceeds the capacity "
+                f"{capacity_bytes / 2**30:.2f} GiB (not run)",
+            ), None
+    try:
+        t0 = time.perf_counter()
+        if isinstance(candidate, Plan):
+            model = build_candidate(candidate, bench.config, bench.device, bench.state_dict)
+        else:
+            model = candidate.module
+        fn = _inject_fault(model, fault_for_trial(None) if fault is None else fault)
+        if isinstance(candidate, Plan) and candidate.host_io and cuda:
+            fn = _from_host(fn)
+        phases["build"] = time.perf_counter() - t0
+        # First forward: compile/capture happen here; its peak is the candidate's peak.
+        x, mask = bench.timing_inputs()
+        held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            peak = peak_forward_memory(lambda: fn(x, mask), held, cuda=cuda)
+            if not cuda:
+                fn(x, mask)
+        phases["first_call"] = time.perf_counter() - t0
+        if max_peak_bytes is not None and peak is not None and peak > max_peak_bytes:
+            return Outcome(
+                OutcomeKind.OUT_OF_MEMORY,
+                f"measured peak {peak} B over the cap {max_peak_bytes} B",
+                peak_memory_bytes=peak,
+            ), None
+        t0 = time.perf_counter()
+        result = run_gate(bench, fn, gate)
+        phases["correctness"] = time.perf_counter() - t0
+    except Exception as exc:  # a candidate's failure is data, never the caller's crash
+        return _failure(exc), None
+    if not result.passed:
+        where = ""
+        if result.failing_seed:
+            seed, padded = result.failing_seed
+            where = f"seed {seed}{' padded' if padded else ''}"
+        return Outcome(
+            OutcomeKind.WRONG_RESULT,
+            where,
+            report=result.worst,
+            seeds_checked=result.seeds_checked,
+            padded_seeds_checked=result.padded_seeds_checked,
+            peak_memory_bytes=peak,
+        ), None
+    return None, _Ready(-1, fn, model, result, peak)
+
+
+def _deployed(
+    candidate: Plan | Candidate, model: Any, fn: Any, x: Tensor, mask: Tensor, cuda: bool
+) -> Callable[[], Tensor]:
+    """The forward as it is timed: a host_io plan as deployed, host in and host out."""
+    if isinstance(candidate, Plan) and candidate.host_io and cuda:
+        xh, mh = pinned_copy(x), pinned_copy(mask)
+        return lambda: model(xh, mh)
+    return lambda: fn(x, mask)
+
+
+def _time(
+    bench: CaseBench,
+    ready: list[_Ready],
+    timing: TimingSettings | None,
+    kernels: bool,
+    cuda: bool,
+    phases: list[dict[str, float]],
+) -> tuple[dict[int, Any], int | None, dict[int, int | None]]:
+    """Paired timing of every ready candidate against the reference in one interleaved
+    run (the oracle, seconds a forward, is timed once per bench instead); the reference's
+    peak; kernels per forward when asked."""
+    stats: dict[int, Any] = {}
+    counts: dict[int, int | None] = {}
+    if timing is None or not ready:
+        return stats, None, counts
+    t0 = time.perf_counter()
+    x, mask = bench.timing_inputs()
+    ref = bench.reference
+    with torch.inference_mode():
+        ref_held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in ref.parameters())
+        ref_peak = peak_forward_memory(lambda: ref(x, mask), ref_held, cuda=cuda)
+        if kernels:
+            counts = {r.index: count_kernels(r.timed, cuda=cuda) for r in ready}
+        fns = [r.timed for r in ready]
+        if bench.reference_kind == "oracle":
+            # The oracle takes seconds a forward: timed once per bench, not interleaved
+            # with every trial (recorded as such by describe()).
+            reps, results = measure_interleaved(fns, timing, cuda=cuda)
+            oracle_ms = bench.reference_ms()
+            refs = [(oracle_ms, [oracle_ms] * len(res[1])) for res in results]
+        else:
+            reps, results = measure_interleaved([lambda: ref(x, mask), *fns], timing, cuda=cuda)
+            refs = [results[0]] * len(ready)
+            results = results[1:]
+    spent = time.perf_counter() - t0
+    for r, ref_res, res in zip(ready, refs, results, strict=True):
+        stats[r.index] = paired_stats(ref_res, res, reps, cuda)
+        phases[r.index]["timing"] = spent
+    return stats, ref_peak, counts
+
+
+def _failure(exc: BaseException) -> Outcome:
+    kind = classify_exception(exc)
+    message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc) else ''}"
+    if isinstance(exc, UnsupportedPlan):
+        message = str(exc)
+    return Outcome(kind, message[:500])

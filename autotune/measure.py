@@ -15,6 +15,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from autotune import backends
+from autotune.backends import precision
 from autotune.core.outcome import TimingStats
 from autotune.core.reference import TransformerConfig
 from autotune.plan import Plan
@@ -138,13 +140,13 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
 
     Inputs and outputs of the whole batch, the weights (and derived copies), and the
     transient working set of one layer for one batch chunk: activations, the
-    projections and, for attention backends that materialise them, the scores.
+    projections and what the attention backend holds besides (scores, log-sum-exp,
+    states: ``AttentionBackend.workspace_bytes``).
     """
-    b, s, d, h, f, n_layers = (
+    b, s, d, f, n_layers = (
         config.batch_size,
         config.seq_len,
         config.d_model,
-        config.num_heads,
         config.ffn_dim,
         config.num_layers,
     )
@@ -152,9 +154,9 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
     chunk = plan.batch_chunk if 0 < plan.batch_chunk < b else b
     tokens = chunk * s
     weights = n_layers * (4 * d * d + 4 * d + 2 * d * f + d + f) * fp
-    low = {"fp16": 2, "bf16": 2}
-    gemm_bytes = low.get(plan.gemm_precision, fp)
-    attn_bytes = low.get(plan.attn_precision, fp)
+    low = precision.DTYPES
+    gemm_bytes = precision.operand_bytes(plan.gemm_precision)
+    attn_bytes = precision.operand_bytes(plan.attn_precision)
     derived = 0
     if plan.qkv == "packed" or plan.gemm_precision in low:
         derived = n_layers * (3 * d * d + 3 * d) * gemm_bytes
@@ -172,41 +174,9 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
     ffn = 2 * tokens * f * fp
     if plan.gemm_precision in low:
         ffn += tokens * max(f, 3 * d) * gemm_bytes
-    scores = 0
-    if plan.attention in ("reference", "sdpa_math"):
-        rows = plan.query_chunk if 0 < plan.query_chunk < s else s
-        scores = 3 * chunk * h * rows * s * max(attn_bytes, fp)
-    elif plan.attention in ("sdpa_efficient", "sdpa_flash", "sdpa_cudnn"):
-        scores = chunk * h * s * fp * 2  # log-sum-exp and workspace
-        if plan.mask == "apply":
-            scores += chunk * s * s  # bool [B,1,S,S] mask for SDPA
-    if plan.attention == "polynomial":
-        scores = chunk * h * s * fp  # guard and exact-path bookkeeping
-        scores += _polynomial_workspace(plan, chunk, config)
+    scores = backends.attention(plan.attention).workspace_bytes(plan, config, chunk)
     workspace = 64 * 2**20  # cuBLAS workspace, allocator rounding
     return int(weights + derived + io + acts + qkv + ffn + scores + workspace)
-
-
-def _polynomial_workspace(plan: Plan, batch: int, config: TransformerConfig) -> int:
-    """Bytes of polynomial attention's chunk states for one batch chunk."""
-    precision = "tf32" if plan.attn_precision == "fp32" else plan.attn_precision
-    try:
-        from kernels.polynomial import workspace_bytes
-
-        return int(
-            workspace_bytes(
-                batch=batch,
-                seq_len=config.seq_len,
-                num_heads=config.num_heads,
-                head_dim=config.head_dim,
-                chunk=plan.poly_chunk,
-                precision=precision,
-            )
-        )
-    except (ImportError, ValueError):  # no triton, or a config the plan check refuses
-        hd = config.head_dim
-        n_chunks = -(-config.seq_len // plan.poly_chunk)
-        return batch * config.num_heads * n_chunks * (1 + hd + hd * hd) * (hd + 1) * 4
 
 
 def count_kernels(fn: Forward, *, cuda: bool) -> int | None:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from autotune import backends
+
 
 @dataclasses.dataclass(frozen=True)
 class Knob:
@@ -57,27 +59,8 @@ KNOBS: tuple[Knob, ...] = (
         "attention",
         "reference",
         "attention backend",
-        choices=(
-            "reference",
-            "sdpa_math",
-            "sdpa_efficient",
-            "sdpa_flash",
-            "sdpa_cudnn",
-            "triton",
-            "sdpa_auto",
-            "polynomial",
-        ),
-        needs={
-            "reference": "any device",
-            "sdpa_math": "any device",
-            "sdpa_efficient": "CUDA",
-            "sdpa_flash": "CUDA sm_80+ with fp16/bf16 attention precision (CPU: any precision)",
-            "sdpa_cudnn": "CUDA sm_80+ with fp16/bf16 attention precision",
-            "triton": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
-            "sdpa_auto": "any device (PyTorch picks the backend; the 'SDPA swap' anchor)",
-            "polynomial": "CUDA with triton (or TRITON_INTERPRET=1), causal: guarded degree-2 "
-            "polynomial attention, the exact Triton kernel when the guard refuses",
-        },
+        choices=backends.values("attention"),
+        needs=backends.needs("attention"),
     ),
     Knob(
         "qkv",
@@ -186,8 +169,8 @@ KNOBS: tuple[Knob, ...] = (
         "layernorm",
         "torch",
         "LayerNorm: torch ops, or the fused residual-add + LayerNorm + row-zeroing Triton kernel",
-        choices=("torch", "triton"),
-        needs={"triton": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU"},
+        choices=backends.values("layernorm"),
+        needs=backends.needs("layernorm"),
         group="kernels",
     ),
     Knob(
@@ -195,11 +178,8 @@ KNOBS: tuple[Knob, ...] = (
         "torch",
         "ffn_in bias + exact GELU: torch ops, a Triton epilogue after a bias-free GEMM, "
         "or a Triton GEMM with the GELU epilogue",
-        choices=("torch", "triton_epilogue", "triton_gemm"),
-        needs={
-            "triton_epilogue": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
-            "triton_gemm": "CUDA with triton, or TRITON_INTERPRET=1 on the CPU",
-        },
+        choices=backends.values("ffn_act"),
+        needs=backends.needs("ffn_act"),
         group="kernels",
     ),
     Knob(
@@ -230,8 +210,8 @@ KNOBS: tuple[Knob, ...] = (
         "the whole pre-norm layer in two Triton launches (attention half, FFN half; the final "
         "norm fused into the last); tiles from attn_block_m/attn_warps/attn_stages, operand "
         "precision from attn_precision",
-        choices=(False, True),
-        needs={True: "CUDA with triton (or TRITON_INTERPRET=1), S, d_model, FFN <= 256"},
+        choices=backends.values("fused_block"),
+        needs=backends.needs("fused_block"),
         group="kernels",
     ),
 )
@@ -316,12 +296,8 @@ class Plan:
 
     @property
     def uses_triton(self) -> bool:
-        return (
-            self.attention in ("triton", "polynomial")
-            or self.layernorm == "triton"
-            or self.ffn_act != "torch"
-            or self.fused_block
-        )
+        """Whether any backend the plan picks runs the project's Triton kernels."""
+        return backends.uses_triton(self)
 
 
 REFERENCE_PLAN = Plan()

@@ -20,6 +20,13 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._common import (
+    MIN_BLOCK,
+    check_int32_offsets,
+    check_out,
+    check_qkv,
+    padded_head_dim,
+)
 from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
@@ -29,7 +36,6 @@ from kernels._precision import (
     to_operand,
 )
 from kernels._triton import (
-    INT32_MAX,
     SUPPORTED_NUM_WARPS,
     check_launch_device,
     is_interpreted,
@@ -39,7 +45,6 @@ from kernels._triton import (
 
 MIN_HEAD_DIM = 8
 MAX_HEAD_DIM = 256
-MIN_BLOCK = 16  # tl.dot needs every tile dimension >= 16
 LOG2_E = math.log2(math.e)
 
 __all__ = [
@@ -301,11 +306,6 @@ def _attention_fwd_kernel(
 # --------------------------------------------------------------------------------------
 # Planning: what a configuration needs and whether it can run
 # --------------------------------------------------------------------------------------
-def padded_head_dim(head_dim: int) -> int:
-    """BLOCK_D: head_dim rounded up to a power of two, at least 16."""
-    return max(MIN_BLOCK, next_power_of_2(head_dim))
-
-
 def estimate_shared_memory_bytes(
     *, head_dim: int, block_m: int, block_n: int, num_stages: int, precision: str
 ) -> int:
@@ -420,49 +420,6 @@ def not_supported_reasons(
 # --------------------------------------------------------------------------------------
 # Launcher
 # --------------------------------------------------------------------------------------
-_HALF_INPUTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, precision: str) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} has shape {tuple(t.shape)}; expected 4 dims [B, S, H, head_dim] "
-                "(view a [B, S, D] tensor as [B, S, H, D // H])"
-            )
-        half = _HALF_INPUTS.get(precision)
-        if t.dtype != torch.float32 and t.dtype != half:
-            allowed = "float32" + (f" or {half}" if half is not None else "")
-            raise ValueError(
-                f"{name} has dtype {t.dtype}; with precision={precision!r} pass {allowed} "
-                "(half inputs only when they are already the operand type)"
-            )
-        if t.dtype != q.dtype:
-            raise ValueError(f"{name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
-        if t.stride(-1) != 1:
-            raise ValueError(
-                f"{name} has last-dim stride {t.stride(-1)}; it must be 1 "
-                "(call .contiguous() on the projection output)"
-            )
-        if t.shape != q.shape:
-            raise ValueError(
-                f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}; "
-                "q, k and v must have the same [B, S, H, head_dim]"
-            )
-
-
-def _check_out(out: torch.Tensor, shape: torch.Size) -> None:
-    if out.shape != shape or out.dtype != torch.float32:
-        raise ValueError(
-            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; expected float32 "
-            f"{tuple(shape)} (view a [B, S, D] buffer as [B, S, H, head_dim])"
-        )
-    if out.stride(-1) != 1:
-        raise ValueError(f"out has last-dim stride {out.stride(-1)}; it must be 1")
-
-
 def _check_key_lengths(key_lengths: torch.Tensor, batch: int) -> None:
     if key_lengths.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"key_lengths has dtype {key_lengths.dtype}; pass int32 or int64")
@@ -473,17 +430,6 @@ def _check_key_lengths(key_lengths: torch.Tensor, batch: int) -> None:
         )
     if key_lengths.stride(0) != 1 and batch > 1:
         raise ValueError("key_lengths must be contiguous; call .contiguous()")
-
-
-def _check_int32_offsets(tensors: dict[str, torch.Tensor], seq_len: int, head_dim: int) -> None:
-    # Offsets inside one (batch, head) slice are int32 in the kernel.
-    for name, t in tensors.items():
-        span = (seq_len - 1) * t.stride(1) + head_dim
-        if span > INT32_MAX:
-            raise ValueError(
-                f"{name}: seq_len * stride(1) = {span} overflows int32 offsets; "
-                "split the sequence or use a tighter layout"
-            )
 
 
 def attention(
@@ -508,7 +454,7 @@ def attention(
     inside CUDA graph capture); it does not check that ``out`` does not alias k or v.
     """
     check_precision(precision)
-    _check_qkv(q, k, v, precision)
+    check_qkv(q, k, v, precision)
     batch, seq_len, num_heads, head_dim = q.shape
     errors = _config_errors(
         head_dim=head_dim,
@@ -522,13 +468,13 @@ def attention(
         raise ValueError("; ".join(errors))
     if out is None:
         out = torch.empty(q.shape, device=q.device, dtype=torch.float32)
-    _check_out(out, q.shape)
+    check_out(out, q.shape)
     tensors = {"q": q, "k": k, "v": v, "out": out}
     if key_lengths is not None:
         _check_key_lengths(key_lengths, batch)
         tensors["key_lengths"] = key_lengths
     check_launch_device(_attention_fwd_kernel, tensors)
-    _check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
+    check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
     scale = head_dim**-0.5 if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale={scale} must be finite")

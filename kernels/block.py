@@ -39,18 +39,17 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._common import MIN_BLOCK, gelu_exact, padded_dim
 from kernels._precision import check_precision, dot, launch_reasons, precision_reasons, to_operand
 from kernels._triton import (
     SUPPORTED_NUM_WARPS,
     check_launch_device,
     is_interpreted,
     is_power_of_2,
-    next_power_of_2,
 )
 
 LAYERNORM_EPS = 1e-5
 LOG2_E = math.log2(math.e)
-MIN_BLOCK = 16  # tl.dot needs every tile dimension >= 16
 MAX_SEQ_LEN = 256
 MAX_D_MODEL = 256
 MAX_FFN_DIM = 256
@@ -301,11 +300,6 @@ def _layernorm_rows(x, w_ptr, b_ptr, offs_d, d_ok, d_model, eps):
 
 
 @triton.jit
-def _gelu_exact(v):
-    return 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476))
-
-
-@triton.jit
 def _head_projection(
     h_op,
     w_ptr,
@@ -549,7 +543,7 @@ def _ffn_half_kernel(
         a = dot(
             h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
         )
-        a = _gelu_exact(a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
+        a = gelu_exact(a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
         a = to_operand(a, PRECISION, EMULATE_BF16_DOT)  # padded columns: GELU(0) = 0
         # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
         w2_t = tl.load(
@@ -575,14 +569,9 @@ def _ffn_half_kernel(
 # --------------------------------------------------------------------------------------
 # Planning
 # --------------------------------------------------------------------------------------
-def padded(n: int) -> int:
-    """A tile dimension: ``n`` rounded up to a power of two, at least 16."""
-    return max(MIN_BLOCK, next_power_of_2(n))
-
-
 def ffn_chunk(d_model: int, ffn_dim: int) -> int:
     """BLOCK_F: the FFN columns one step of kernel B handles."""
-    return min(padded(ffn_dim), 64 if padded(d_model) <= 128 else 32)
+    return min(padded_dim(ffn_dim), 64 if padded_dim(d_model) <= 128 else 32)
 
 
 def estimate_shared_memory_bytes(
@@ -608,7 +597,7 @@ def estimate_shared_memory_bytes(
     compiled 69,632 B (kernel A) and 57,344 B (kernel B). Triton 3.6 may allocate
     differently: a configuration under the limit can still fail with OutOfResources.
     """
-    bd, bhd = padded(d_model), padded(d_model // max(num_heads, 1))
+    bd, bhd = padded_dim(d_model), padded_dim(d_model // max(num_heads, 1))
     bm = bn = block_m
     bf = ffn_chunk(d_model, ffn_dim)
     kernel_a = (bn * bd + 2 * bd * bhd + bhd * bn + bm * bn + bn * bhd) + (
@@ -645,9 +634,9 @@ def not_supported_reasons(
         num_stages=num_stages,
         precision=precision,
     )
-    if not reasons and block_m > padded(seq_len):
+    if not reasons and block_m > padded_dim(seq_len):
         reasons.append(
-            f"block_m={block_m} > padded seq len {padded(seq_len)}; use a smaller block_m"
+            f"block_m={block_m} > padded seq len {padded_dim(seq_len)}; use a smaller block_m"
         )
     if smem_bytes is None and device_type == "cuda":
         smem_bytes = DEFAULT_SMEM_LIMIT
@@ -836,7 +825,7 @@ def fused_layer(
         return out
 
     head_dim = d_model // num_heads
-    block_d, block_hd = padded(d_model), padded(head_dim)
+    block_d, block_hd = padded_dim(d_model), padded_dim(head_dim)
     emulate = is_interpreted(_attention_half_kernel)
     lengths = key_lengths if key_lengths is not None else x  # dummy pointer when unused
     _attention_half_kernel[(batch, triton.cdiv(seq_len, block_m))](

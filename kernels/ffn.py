@@ -15,6 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._common import gelu_exact
 from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
@@ -65,11 +66,6 @@ def linear_gelu_reference(
 # Kernels
 # --------------------------------------------------------------------------------------
 @triton.jit
-def _gelu_exact(v):
-    return 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476))
-
-
-@triton.jit
 def _bias_gelu_kernel(
     y_ptr,
     bias_ptr,
@@ -86,7 +82,7 @@ def _bias_gelu_kernel(
     offsets = rows.to(tl.int64)[:, None] * num_cols + cols[None, :]
     y = tl.load(y_ptr + offsets, mask=ok, other=0.0)
     b = tl.load(bias_ptr + cols, mask=col_ok, other=0.0)
-    tl.store(out_ptr + offsets, _gelu_exact(y + b[None, :]), mask=ok)
+    tl.store(out_ptr + offsets, gelu_exact(y + b[None, :]), mask=ok)
 
 
 @triton.jit
@@ -151,7 +147,7 @@ def _linear_kernel(
     if HAS_BIAS:
         acc += tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
     if APPLY_GELU:
-        acc = _gelu_exact(acc)
+        acc = gelu_exact(acc)
     ok = (offs_m < M)[:, None] & n_ok[None, :]
     out_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :]
     tl.store(out_ptrs, acc, mask=ok)

@@ -118,6 +118,13 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels._common import (
+    MIN_BLOCK,
+    check_int32_offsets,
+    check_out,
+    check_qkv,
+    padded_head_dim,
+)
 from kernels._precision import check_precision, dot, launch_reasons, operand_bytes, to_operand
 from kernels._triton import (
     INT32_MAX,
@@ -125,13 +132,11 @@ from kernels._triton import (
     check_launch_device,
     is_interpreted,
     is_power_of_2,
-    next_power_of_2,
 )
-from kernels.attention import _check_int32_offsets, _check_out, _check_qkv, attention
+from kernels.attention import attention
 
 MIN_HEAD_DIM = 8
 MAX_HEAD_DIM = 128
-MIN_BLOCK = 16  # tl.dot needs every tile dimension >= 16
 MIN_CHUNK = 16
 MAX_CHUNK = 4096
 FEATURE_TILES = (4, 8, 16)
@@ -500,11 +505,6 @@ def _output_kernel(
 # --------------------------------------------------------------------------------------
 # Planning: features, workspace, cost, resources
 # --------------------------------------------------------------------------------------
-def padded_head_dim(head_dim: int) -> int:
-    """BLOCK_D: head_dim rounded up to a power of two, at least 16."""
-    return max(MIN_BLOCK, next_power_of_2(head_dim))
-
-
 def num_features(head_dim: int, feature_tile: int = 8) -> int:
     """F, the feature rows of one state: ``1 + BLOCK_D + NB (NB + 1) / 2 * tile^2``."""
     block_d = padded_head_dim(head_dim)
@@ -804,7 +804,7 @@ def polynomial_attention(
     """
     _check_causal(causal)
     check_precision(precision)
-    _check_qkv(q, k, v, precision)
+    check_qkv(q, k, v, precision)
     batch, seq_len, num_heads, head_dim = q.shape
     errors = _config_errors(
         head_dim=head_dim,
@@ -823,9 +823,9 @@ def polynomial_attention(
     exact = _exact_kwargs(exact_kwargs, precision)
     if out is None:
         out = torch.empty(q.shape, device=q.device, dtype=torch.float32)
-    _check_out(out, q.shape)
+    check_out(out, q.shape)
     check_launch_device(_output_kernel, {"q": q, "k": k, "v": v, "out": out})
-    _check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
+    check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
     scale = _check_scale(scale, head_dim)
     if q.numel() == 0:
         return out
@@ -1019,7 +1019,7 @@ def guarded_attention(
         raise ValueError(f"threshold={threshold!r} must be finite and >= 0")
     _check_causal(causal)
     check_precision(precision)
-    _check_qkv(q, k, v, precision)
+    check_qkv(q, k, v, precision)
     exact = _exact_kwargs(exact_kwargs, precision)
     poly = dict(polynomial_kwargs or {})
     allowed = ("block_m", "block_n", "feature_tile", "num_warps", "num_stages")

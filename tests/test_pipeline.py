@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from autotune.cli import main
-from autotune.runtime.dispatch import DispatchedTransformer, load_table
-from autotune.search.study import study_name
+from autotune.runtime import DispatchedTransformer, load_table
+from autotune.search.trials import study_name
 from autotune.ship.export import render_table
 from tests.conftest import ROOT, cli
 
@@ -73,7 +73,7 @@ def test_exported_table_serves_in_a_process_without_the_tuning_stack(pipeline, t
         from autotune.core.cases import get_case
         from autotune.core.reference import build_reference, generate_random_case, check_outputs
         from autotune.core.reference import official_settings
-        from autotune.runtime.dispatch import DispatchedTransformer, load_table
+        from autotune.runtime import DispatchedTransformer, load_table
         table = load_table({str(table_path)!r})
         assert table.usable, table.problems
         ok = 0
@@ -118,7 +118,7 @@ def test_generated_module_imports_without_the_tuning_stack(pipeline) -> None:
         sys.meta_path.insert(0, Block())
         spec = importlib.util.spec_from_file_location("cpu_table", {str(pipeline["table"])!r})
         mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-        from autotune.runtime.dispatch import load_table
+        from autotune.runtime import load_table
         assert load_table(mod).usable
         print("ENTRIES", len(mod.ENTRIES))
     """)

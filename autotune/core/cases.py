@@ -164,6 +164,11 @@ def classify_regime(config: TransformerConfig) -> str:
     return "mid"
 
 
+def case_sort_key(case_id: str) -> tuple[int, str]:
+    """Official cases in number order, then the others by name."""
+    return (int(case_id), "") if case_id.isdigit() else (10**6, case_id)
+
+
 def get_case(case_id: str) -> Case:
     """Look a case up by id (``1``..``14``, ``smoke-N``) or parse a custom spec."""
     case_id = str(case_id).strip()

@@ -67,6 +67,7 @@ class Outcome:
     ref_peak_memory_bytes: int | None = None
     predicted_memory_bytes: int | None = None
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    kernels_per_forward: int | None = None  # device kernels of one forward, when counted
 
     @property
     def passed(self) -> bool:
@@ -92,6 +93,7 @@ class Outcome:
             "ref_peak_memory_bytes": self.ref_peak_memory_bytes,
             "predicted_memory_bytes": self.predicted_memory_bytes,
             "phase_seconds": dict(self.phase_seconds),
+            "kernels_per_forward": self.kernels_per_forward,
         }
 
     @classmethod
@@ -107,6 +109,7 @@ class Outcome:
             ref_peak_memory_bytes=data.get("ref_peak_memory_bytes"),
             predicted_memory_bytes=data.get("predicted_memory_bytes"),
             phase_seconds=dict(data.get("phase_seconds", {})),
+            kernels_per_forward=data.get("kernels_per_forward"),
         )
 
     def summary_line(self) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 import torch
 
-from autotune.core.device import DeviceInfo, detect_device
+from autotune.core.device import DeviceInfo, detect_device, project_commit, software_versions
 
 GIB = 2**30
 
@@ -75,6 +76,17 @@ class ProfileSelection:
             return min(self.profile.memory_bytes, self.device.total_memory)
         return self.device.total_memory or self.profile.memory_bytes
 
+    def environment(self) -> dict[str, Any]:
+        """Where a run happens: profile, emulation, device, software versions, commit."""
+        return {
+            "profile": self.profile.name,
+            "emulated": self.emulated,
+            "capacity_bytes": self.capacity_bytes,
+            "device": self.device.as_dict(),
+            "versions": software_versions(),
+            "commit": project_commit(),
+        }
+
     def effective_device(self) -> DeviceInfo:
         """The device as plans see it: shared memory capped to the profile's when emulating."""
         if not self.emulated:
@@ -104,7 +116,7 @@ def profile_for_device(device: DeviceInfo) -> GpuProfile:
         return PROFILES["cpu"]
     raise ValueError(
         f"no profile recognises {device.name} ({device.sm}); pick one with --gpu and "
-        "--emulate, or add a profile to autotune/profiles.py"
+        "--emulate, or add a profile to autotune/core/profiles.py"
     )
 
 

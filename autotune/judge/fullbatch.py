@@ -394,3 +394,95 @@ def verified_on_full_batch(
         f"elements over {len(full['seeds'] or [])} seeds",
         full_batch=full,
     )
+
+
+def route_for(profile_name: str, plan: Plan, device: DeviceInfo) -> Route:
+    """A plan under a profile on this device: a profile the device does not match is
+    emulated, its memory capped to the profile's."""
+    from autotune.core.profiles import get_profile
+
+    profile = get_profile(profile_name)
+    capacity = None
+    label = f"{profile_name} {plan.hash}"
+    if not profile.matches(device):
+        if device.type != "cuda":
+            raise ValueError(
+                f"profile {profile_name!r} needs a CUDA GPU to emulate on; found the CPU"
+            )
+        capacity = min(profile.memory_bytes, device.total_memory or profile.memory_bytes)
+        label += f" (emulated: {capacity / 2**30:.1f} GiB cap)"
+    return Route(label, plan, device, capacity)
+
+
+def verify_cases(
+    cases: list[Case],
+    routes: list[Route],
+    *,
+    seeds: tuple[int, ...],
+    oracle_chunks: tuple[int, int],
+    out: str | Path | None = None,
+    command: str = "autotune long",
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """``autotune long``: every route on each case's whole batch against the oracle; the
+    route summaries (one per case and route), also written to ``out`` after every seed
+    (so a run cut short keeps what it verified)."""
+    from autotune.judge.gate import dense_reference_fits
+
+    if not routes:
+        raise ValueError("give at least one --route PROFILE=PLAN (or --dense)")
+    device = routes[0].device
+    dense = any(r.dense_reference for r in routes)
+    results: list[dict[str, Any]] = []
+    for case in cases:
+        if dense_reference_fits(case, device) and not force and not dense:
+            raise ValueError(
+                f"case {case.id} fits the dense reference on this device: 'autotune evaluate' "
+                "judges it exactly; pass --force to verify against the oracle anyway"
+            )
+        if dense and not dense_reference_fits(case, device):
+            raise ValueError(f"--dense: the dense reference cannot run case {case.id} here")
+        log(
+            f"case {case.id} ({case.config}): {len(routes)} route(s) x {len(seeds)} seed(s), "
+            f"whole batch against the streamed oracle (chunks {oracle_chunks[0]}x"
+            f"{oracle_chunks[1]}) on {device.name}"
+        )
+
+        def save(partial: list[RouteRecord], case: Case = case, done: list = results) -> None:
+            if out:
+                rows = [r.summary() | {"case": case.id, "partial": True} for r in partial]
+                write_long_record(out, device, oracle_chunks, done + rows, command)
+
+        records = verify_full_batch(
+            case, routes, seeds=seeds, oracle_chunks=oracle_chunks, log=log, on_seed=save
+        )
+        results.extend(r.summary() | {"case": case.id} for r in records)
+    if out:
+        write_long_record(out, device, oracle_chunks, results, command)
+    return results
+
+
+def write_long_record(
+    path: str | Path,
+    device: DeviceInfo,
+    oracle_chunks: tuple[int, int],
+    rows: list[dict[str, Any]],
+    command: str,
+) -> None:
+    from autotune.core.device import project_commit, software_versions
+    from autotune.core.files import write_atomic
+
+    record: dict[str, Any] = {
+        "device": device.name,
+        "versions": software_versions(),
+        "commit": project_commit(),
+        "command": command,
+        "oracle": {
+            "query_chunk": oracle_chunks[0],
+            "key_chunk": oracle_chunks[1],
+            "batch_chunk": 1,
+        },
+        "routes": rows,
+    }
+    write_atomic(Path(path), json.dumps(record, indent=1, default=str) + "\n")

@@ -98,6 +98,45 @@ def reference_subject(config: TransformerConfig, state_dict: dict[str, Tensor]) 
     return model
 
 
+def plan_subject(plan: Any) -> SubjectFactory:
+    """A plan's candidate on the CPU (golden vectors are CPU vectors)."""
+    from autotune.build import build_candidate
+    from autotune.core.device import detect_device
+
+    device = detect_device("cpu")
+
+    def subject(config: TransformerConfig, state_dict: dict[str, Tensor]) -> nn.Module:
+        return build_candidate(plan, config, device, state_dict)
+
+    return subject
+
+
+def oracle_subject(query_chunk: int, key_chunk: int) -> SubjectFactory:
+    """The streamed exact oracle with small chunks (they cross chunk edges)."""
+    from autotune.judge.oracle import StreamedOracle
+
+    def subject(config: TransformerConfig, state_dict: dict[str, Tensor]) -> nn.Module:
+        model = StreamedOracle(config, query_chunk=query_chunk, key_chunk=key_chunk)
+        model.load_state_dict(state_dict)
+        return model.eval()
+
+    return subject
+
+
+def table_subject(table: Any) -> SubjectFactory:
+    """A generated table's dispatcher (a path, module or loaded table)."""
+    from autotune.runtime import DispatchedTransformer, load_table
+
+    loaded = load_table(table)
+
+    def subject(config: TransformerConfig, state_dict: dict[str, Tensor]) -> nn.Module:
+        model = DispatchedTransformer(config, table=loaded)
+        model.load_state_dict(state_dict)
+        return model.eval()
+
+    return subject
+
+
 def check_vector(
     vector: GoldenVector,
     subject: SubjectFactory = reference_subject,

@@ -38,11 +38,11 @@ def streamed_attention(
     query chunk: pass 1 gathers each row's maximum and sum (rescaled online), pass 2
     recomputes the scores, forms the probabilities in place and accumulates ``p @ v``.
     Scores are never held for more than ``query_chunk x key_chunk`` at a time, and each
-    pass touches a score chunk once (``kernels.rowsoftmax``: fused masks, statistics and
+    pass touches a score chunk once (``autotune.backends.rowsoftmax``: fused masks, statistics and
     probabilities; at case 14 the oracle's cost is these bytes). A row with no valid key
     gives NaN, like the reference.
     """
-    from kernels.rowsoftmax import probs_, row_stats
+    from autotune.backends.rowsoftmax import probs_, row_stats
 
     b, h, s, hd = q.shape
     out = torch.empty((b * h, s, hd), device=q.device, dtype=q.dtype)

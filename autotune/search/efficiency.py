@@ -34,7 +34,8 @@ from autotune.core.files import write_atomic
 from autotune.core.outcome import Outcome
 from autotune.plan import Plan
 from autotune.search.space import SearchSpace
-from autotune.search.study import PENALTY_LATENCY, make_sampler
+from autotune.search.study import make_sampler
+from autotune.search.trials import PENALTY_LATENCY
 
 WITHIN = 0.03
 
@@ -296,3 +297,146 @@ def warm_plans(
         if len(out) == k:
             break
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class EfficiencyOptions:
+    """What ``autotune efficiency`` takes."""
+
+    case_id: str
+    space_path: str
+    cache: str
+    out: str = "docs/efficiency"
+    samplers: tuple[str, ...] = ("tpe", "gp", "nsga2", "random")
+    seeds: int = 5
+    trials: int | None = None
+    warm_from: str | None = None
+    warm_k: int = 5
+    timeout: float | None = None
+    trial_timeout: float = 120.0
+    isolate: bool = True
+    measure_only: bool = False
+    replay: bool = False
+    command: str = "autotune efficiency"
+
+    def __post_init__(self) -> None:
+        from autotune.search.study import SAMPLERS
+
+        bad = [s for s in self.samplers if s not in SAMPLERS or s == "grid"]
+        if bad:
+            raise ValueError(f"unknown sampler(s) {bad}; valid: tpe, gp, nsga2, random")
+        if self.seeds < 1:
+            raise ValueError(f"--seeds must be at least 1, got {self.seeds}")
+
+
+def run_efficiency(
+    options: EfficiencyOptions,
+    selection: Any = None,
+    emit: Callable[[str], None] = print,
+) -> tuple[bool, dict[str, Any] | None]:
+    """Measure the space (resumable; needs ``selection``, the profile to measure under)
+    unless ``options.replay``, then replay the samplers and write the JSON and curves.
+    Returns whether the measurements are complete, and the record written (None when
+    incomplete or when only measuring was asked)."""
+    import pandas as pd
+
+    from autotune.core.cases import get_case
+    from autotune.measure import STUDY_TIMING
+    from autotune.search.runner import make_evaluator
+    from autotune.search.space import load_space_file
+
+    case = get_case(options.case_id)
+    space = load_space_file(options.space_path)
+    size = space.size()
+    if size < 2:
+        raise ValueError(f"space {options.space_path!r} has {size} plan(s): nothing to search")
+    cache = Path(options.cache)
+    if options.replay:  # no device needed: the measurements are the device's
+        data = load_cache(cache)
+        header = data.get("header", {})
+        measured = {h: Measured(**m) for h, m in data["plans"].items()}
+        missing = [p.describe() for p in space.enumerate() if p.hash not in measured]
+        if header.get("space_hash") != space.content_hash or missing:
+            raise ValueError(
+                f"--replay needs a complete cache of this space: {str(cache)!r} has "
+                f"space hash {header.get('space_hash')!r} (space: {space.content_hash!r}) "
+                f"and lacks {len(missing)} plan(s); measure on the device first"
+            )
+        capacity = header.get("capacity_bytes")
+    else:
+        capacity = selection.capacity_bytes
+        header = {
+            "profile": selection.profile.name,
+            "emulated": selection.emulated,
+            "capacity_bytes": capacity,
+            "case": case.id,
+            "case_key": str(case.key),
+            "space": options.space_path,
+            "space_hash": space.content_hash,
+            "device": selection.device.name,
+        }
+        evaluate, close = make_evaluator(
+            selection, case, STUDY_TIMING, options.isolate, options.trial_timeout
+        )
+        deadline = time.monotonic() + options.timeout if options.timeout else None
+        try:
+            measured, complete = measure_space(
+                space, evaluate, cache, header, deadline=deadline, log=emit
+            )
+        finally:
+            close()
+        if not complete:
+            emit("measurement incomplete: run the same command again to resume")
+            return False, None
+        if options.measure_only:
+            return True, None
+    best = exhaustive_best(measured, capacity)
+    exhaustive_s = sum(m.seconds for m in measured.values())
+    emit(
+        f"exhaustive: {size} plans, {exhaustive_s:.0f} s; best {1 / best.latency:.2f}x "
+        f"({Plan.from_dict(best.plan).describe()})"
+    )
+    trials = options.trials or size
+    target = best.latency * (1 + WITHIN)
+    warm = []
+    if options.warm_from:
+        warm = warm_plans(load_cache(options.warm_from), space, capacity, options.warm_k)
+        emit(f"warm start: {len(warm)} plans from {options.warm_from}")
+    runs = []
+    for sampler in options.samplers:
+        for seed in range(options.seeds):
+            runs.append(replay(space, measured, sampler, seed, trials, capacity))
+            if warm:
+                runs.append(replay(space, measured, sampler, seed, trials, capacity, warm))
+    rows = summarise_runs(runs, target, size, exhaustive_s)
+    emit(
+        f"trials and GPU seconds to within {100 * WITHIN:.0f}% of the exhaustive best "
+        f"(budget {trials} trials; a seed that never got there counts as budget + 1):"
+    )
+    emit(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
+    out = Path(options.out)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_runs(runs, best.latency, out / "efficiency.png")
+    record = {
+        "header": header,
+        "command": options.command,
+        "space_size": size,
+        "exhaustive_seconds": exhaustive_s,
+        "exhaustive_best": dataclasses.asdict(best),
+        "within": WITHIN,
+        "trials_budget": trials,
+        "rows": rows,
+        "runs": [
+            {
+                "sampler": r.sampler,
+                "seed": r.seed,
+                "warm": r.warm,
+                "best": r.best,
+                "seconds": r.seconds,
+            }
+            for r in runs
+        ],
+    }
+    write_atomic(out / "efficiency.json", json.dumps(record, indent=1, default=str) + "\n")
+    emit(f"wrote {out / 'efficiency.json'} and {out / 'efficiency.png'}")
+    return True, record

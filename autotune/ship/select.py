@@ -9,24 +9,15 @@ import dataclasses
 from typing import Any
 
 import optuna
-import torch
 from optuna.trial import FrozenTrial
 
-from autotune.build import build_candidate
-from autotune.core.outcome import TimingStats
+from autotune.core.outcome import OutcomeKind, TimingStats
 from autotune.core.profiles import ProfileSelection
-from autotune.core.reference import official_settings
-from autotune.evaluate import _cleanup, classify_exception
-from autotune.judge.gate import SELECTION_GATE, CaseBench, GateSettings, run_gate
-from autotune.measure import (
-    TimingSettings,
-    measure_interleaved,
-    paired_stats,
-    peak_forward_memory,
-    tensor_bytes,
-)
+from autotune.evaluate import evaluate_many
+from autotune.judge.gate import SELECTION_GATE, CaseBench, GateSettings
+from autotune.measure import TimingSettings
 from autotune.plan import REFERENCE_PLAN, Plan
-from autotune.search.study import is_feasible, trial_outcome, trial_plan
+from autotune.search import trials
 
 SELECTION_TIMING = TimingSettings(warmup=20, rounds=3, reps=100, max_round_seconds=1.5, min_reps=10)
 MIN_GAIN = 0.02  # a winner must beat the reference by more than noise and by 2%
@@ -79,22 +70,6 @@ class Winner:
         }
 
 
-def pareto_front(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """Feasible trials no other feasible trial beats on both latency and memory."""
-    feasible = [t for t in trials if is_feasible(t)]
-    front = []
-    for t in feasible:
-        dominated = any(
-            o is not t
-            and all(a <= b for a, b in zip(o.values, t.values, strict=True))
-            and any(a < b for a, b in zip(o.values, t.values, strict=True))
-            for o in feasible
-        )
-        if not dominated:
-            front.append(t)
-    return sorted(front, key=lambda t: (t.values[0], t.values[1], t.number))
-
-
 def finalists(
     study: optuna.Study,
     *,
@@ -103,22 +78,21 @@ def finalists(
     exclude_triton: bool = False,
 ) -> list[FrozenTrial]:
     """The fastest ``k`` distinct plans of the feasible Pareto set under the memory cap,
-    topped up with the next-fastest feasible trials when the front is short."""
-    trials = study.get_trials(deepcopy=False)
-    if exclude_triton:
-        trials = [t for t in trials if not (trial_plan(t) or REFERENCE_PLAN).uses_triton]
-    feasible = sorted(
-        (t for t in trials if is_feasible(t)), key=lambda t: (t.values[0], t.values[1], t.number)
+    topped up with the next-fastest feasible trials when the front is short. With
+    ``exclude_triton`` the plans with project Triton kernels are left out of both."""
+    ordered = trials.pareto_front(study) + trials.feasible_by_latency(
+        study.get_trials(deepcopy=False)
     )
-    ordered = pareto_front(trials) + feasible
+    if exclude_triton:
+        ordered = [t for t in ordered if not (trials.trial_plan(t) or REFERENCE_PLAN).uses_triton]
     chosen: list[FrozenTrial] = []
-    seen: set[str] = set()
+    seen: set[str | None] = set()
     for t in ordered:
-        outcome = trial_outcome(t)
+        outcome = trials.trial_outcome(t)
         peak = outcome.peak_memory_bytes if outcome else None
         if max_memory is not None and peak is not None and peak > max_memory:
             continue
-        h = t.user_attrs.get("plan_hash")
+        h = trials.trial_plan_hash(t)
         if h in seen or h == REFERENCE_PLAN.hash:
             continue
         seen.add(h)
@@ -153,10 +127,10 @@ def select_winner(
     one interleaved run. A challenger replaces the incumbent only when it beats it by more
     than the noise; any winner must beat the reference by more than the noise."""
     case = bench.case
-    space_hash = study.user_attrs.get("space", {}).get("hash", "")
+    space_hash = trials.space_hash_of(study)
     cap = max_memory if max_memory is not None else selection.capacity_bytes
     entries: list[tuple[int | None, Plan, str]] = [
-        (t.number, trial_plan(t) or REFERENCE_PLAN, study.study_name)
+        (t.number, trials.trial_plan(t) or REFERENCE_PLAN, study.study_name)
         for t in finalists(study, k=k, max_memory=cap, exclude_triton=exclude_triton)
     ]
     inc_plan = None
@@ -168,10 +142,7 @@ def select_winner(
         inc_plan = incumbent.plan
         entries = [e for e in entries if e[1] != inc_plan]
         entries.append((incumbent.trial, inc_plan, incumbent.study or study.study_name))
-    cuda = bench.device.type == "cuda"
     notes: list[dict[str, Any]] = []
-    models: list[tuple[int | None, Plan, str, Any, Any, int | None]] = []
-    x, mask = bench.timing_inputs()
 
     def note(trial: int | None, plan: Plan, **fields: Any) -> None:
         notes.append(
@@ -183,49 +154,36 @@ def select_winner(
             }
         )
 
-    with official_settings():
-        for number, plan, source in entries:
-            try:
-                model = build_candidate(plan, case.config, bench.device, bench.state_dict)
-                held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
-                with torch.inference_mode():
-                    peak = peak_forward_memory(lambda m=model: m(x, mask), held, cuda=cuda)
-                result = run_gate(bench, model, gate)
-            except Exception as exc:  # a finalist that fails now is dropped, with why
-                note(number, plan, dropped=f"{classify_exception(exc).value}: {exc}"[:300])
-                continue
-            if not result.passed:
-                assert result.worst is not None
-                note(number, plan, dropped=f"wrong result on re-check: {result.worst.summary()}")
-                continue
-            if cap is not None and peak is not None and peak > cap:
-                note(number, plan, dropped=f"peak {peak} B over the cap {cap} B")
-                continue
-            models.append((number, plan, source, model, result, peak))
-        if not models:
-            return _keep_reference(
-                case,
-                study,
-                space_hash,
-                "no finalist passed re-verification" if entries else "no feasible trial",
-                notes,
-            )
-        ref = bench.reference
-        fns = [lambda: ref(x, mask)] + [lambda m=m: m(x, mask) for *_, m, _, _ in models]
-        with torch.inference_mode():
-            ref_peak = peak_forward_memory(
-                lambda: ref(x, mask),
-                tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in ref.parameters()),
-                cuda=cuda,
-            )
-            reps, results = measure_interleaved(fns, timing, cuda=cuda)
+    outcomes = evaluate_many(
+        bench,
+        [plan for _, plan, _ in entries],
+        timing=timing,
+        gate=gate,
+        max_peak_bytes=cap,
+        prune=False,
+    )
     scored = []
-    for (number, plan, source, _, result, peak), res in zip(models, results[1:], strict=True):
-        stats = paired_stats(results[0], res, reps, cuda)
+    for (number, plan, source), outcome in zip(entries, outcomes, strict=True):
+        if not outcome.passed or outcome.timing is None:
+            # A finalist that fails now is dropped, with why.
+            why = (
+                f"wrong result on re-check: {outcome.report.summary()}"
+                if outcome.kind is OutcomeKind.WRONG_RESULT and outcome.report is not None
+                else f"{outcome.kind.value}: {outcome.message}"[:300]
+            )
+            note(number, plan, dropped=why)
+            continue
+        stats = outcome.timing
         note(number, plan, speedup=round(stats.speedup, 4), noise=round(stats.noise, 4))
-        scored.append((stats, number, plan, source, result, peak))
-    del models, fns
-    _cleanup(cuda)
+        scored.append((stats, number, plan, source, outcome))
+    if not scored:
+        return _keep_reference(
+            case,
+            study,
+            space_hash,
+            "no finalist passed re-verification" if entries else "no feasible trial",
+            notes,
+        )
     best = max(scored, key=lambda s: s[0].speedup)
     reason = f"fastest of {len(scored)} re-measured finalists"
     held = [s for s in scored if s[2] == inc_plan]
@@ -243,7 +201,7 @@ def select_winner(
             reason = f"replaces the incumbent: {100 * over:.1f}% faster > noise {100 * margin:.1f}%"
     elif held:
         reason = "incumbent re-measured fastest"
-    stats, number, plan, source, result, peak = best
+    stats, number, plan, source, outcome = best
     gain = stats.speedup - 1.0
     if gain <= max(stats.noise, MIN_GAIN):
         return _keep_reference(
@@ -265,11 +223,11 @@ def select_winner(
         trial=number,
         space_hash=space_hash,
         timing=stats,
-        peak_memory_bytes=peak,
-        ref_peak_memory_bytes=ref_peak,
-        seeds=result.seeds_checked,
-        padded_seeds=result.padded_seeds_checked,
-        worst_budget_share=result.worst.budget_share if result.worst else None,
+        peak_memory_bytes=outcome.peak_memory_bytes,
+        ref_peak_memory_bytes=outcome.ref_peak_memory_bytes,
+        seeds=outcome.seeds_checked,
+        padded_seeds=outcome.padded_seeds_checked,
+        worst_budget_share=outcome.report.budget_share if outcome.report else None,
         finalists=tuple(notes),
     )
 

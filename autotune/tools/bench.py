@@ -6,25 +6,20 @@ import csv
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from autotune.core.cases import Case
+from autotune.core.cases import Case, case_sort_key
 from autotune.core.device import DeviceInfo
 from autotune.core.profiles import ProfileSelection
 from autotune.core.reference import official_settings
-from autotune.judge.gate import CaseBench, GateSettings, run_gate
-from autotune.measure import (
-    OFFICIAL_TIMING,
-    TimingSettings,
-    measure_interleaved,
-    paired_stats,
-    peak_forward_memory,
-    tensor_bytes,
-)
+from autotune.evaluate import Candidate, evaluate_many
+from autotune.judge.gate import CaseBench, GateSettings
+from autotune.measure import OFFICIAL_TIMING, TimingSettings
 from autotune.plan import Plan
-from autotune.runtime.dispatch import DispatchedTransformer, DispatchTable
+from autotune.runtime import DispatchedTransformer, DispatchTable
 
 BENCH_GATE = GateSettings(padded_seeds=())  # the official protocol: 5 seeds, as given
 
@@ -48,6 +43,7 @@ class BenchRow:
     # --anchors: name -> (verdict, speedup over the reference or None), each measured
     # against the reference in its own process (fresh Dynamo caches and limits).
     anchors: dict[str, tuple[str, float | None]] = dataclasses.field(default_factory=dict)
+    detail: str = ""  # why a candidate that did not pass could not run
 
     def best_anchor(self) -> tuple[str, float] | None:
         passing = [(n, s) for n, (v, s) in self.anchors.items() if v == "PASS" and s]
@@ -72,61 +68,48 @@ def bench_case(
     if case.regime == "infeasible-dense":
         return BenchRow(case.id, "-", "SKIP (the dense reference cannot run this shape)")
     bench = CaseBench(case, device)
-    cuda = device.type == "cuda"
     model = _dispatcher(case, bench, table, device)
-    base = _dispatcher(case, bench, baseline, device) if baseline is not None else None
+    candidates = [Candidate("table", model)]
+    if baseline is not None:
+        candidates.append(Candidate("baseline", _dispatcher(case, bench, baseline, device)))
     x, mask = bench.timing_inputs()
-    with official_settings():
-        with torch.inference_mode():
-            route = str(model.explain(x, mask))
-            held = tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in model.parameters())
-            peak = peak_forward_memory(lambda: model(x, mask), held, cuda=cuda)
-        gate = run_gate(bench, model, BENCH_GATE)
-        if base is not None and gate.passed:
-            base_gate = run_gate(bench, base, BENCH_GATE)
-            if not base_gate.passed:
-                gate = base_gate
-                route = "baseline: " + str(base.explain(x, mask))
-        if not gate.passed:
-            assert gate.worst is not None
+    with official_settings(), torch.inference_mode():
+        routes = [str(c.module.explain(x, mask)) for c in candidates]
+    outcomes = evaluate_many(bench, candidates, timing=timing, gate=BENCH_GATE)
+    bench.release()
+    for outcome, route, prefix in zip(outcomes, routes, ("", "baseline: "), strict=False):
+        if not outcome.passed or outcome.timing is None:
+            report = outcome.report
             return BenchRow(
                 case.id,
-                route,
+                prefix + route,
                 "FAIL",
-                worst_share=gate.worst.budget_share,
-                failed_elements=gate.worst.n_failed,
+                worst_share=report.budget_share if report else None,
+                failed_elements=report.n_failed if report else 0,
+                detail="" if report else f"{outcome.kind.value}: {outcome.message}",
             )
-        ref = bench.reference
-        with torch.inference_mode():
-            ref_peak = peak_forward_memory(
-                lambda: ref(x, mask),
-                tensor_bytes(x, mask) + sum(tensor_bytes(p) for p in ref.parameters()),
-                cuda=cuda,
-            )
-            fns = [lambda: ref(x, mask), lambda: model(x, mask)]
-            if base is not None:
-                fns.append(lambda: base(x, mask))
-            reps, results = measure_interleaved(fns, timing, cuda=cuda)
-    stats = paired_stats(results[0], results[1], reps, cuda)
-    bench.release()
+    table_out = outcomes[0]
+    stats = table_out.timing
+    assert stats is not None
     mib = 2**20
     row = BenchRow(
         case.id,
-        route,
+        routes[0],
         "PASS",
         stats.ref_median_ms,
         stats.cand_median_ms,
         stats.speedup,
         stats.noise,
-        ref_peak / mib if ref_peak else None,
-        peak / mib if peak else None,
-        gate.worst.budget_share if gate.worst else None,
+        table_out.ref_peak_memory_bytes / mib if table_out.ref_peak_memory_bytes else None,
+        table_out.peak_memory_bytes / mib if table_out.peak_memory_bytes else None,
+        table_out.report.budget_share if table_out.report else None,
         0,
     )
-    if base is not None:
-        row.baseline_ms = results[2][0]
-        row.baseline_speedup = results[0][0] / results[2][0]
-        row.table_vs_baseline = results[2][0] / results[1][0]
+    if baseline is not None and outcomes[1].timing is not None:
+        base = outcomes[1].timing
+        row.baseline_ms = base.cand_median_ms
+        row.baseline_speedup = base.speedup
+        row.table_vs_baseline = base.cand_median_ms / stats.cand_median_ms
     return row
 
 
@@ -146,7 +129,7 @@ def bench_anchors(
 ) -> dict[str, tuple[str, float | None]]:
     """What a user would reach for instead, each paired with the reference in a fresh
     process: a failing anchor is reported as failing, never timed as a win."""
-    from autotune.search.workers import TrialRunner
+    from autotune.search.runner import TrialRunner
 
     out: dict[str, tuple[str, float | None]] = {}
     for name in names:
@@ -260,3 +243,43 @@ def write_csv(rows: list[BenchRow], path: str | Path) -> None:
             data = dataclasses.asdict(r)
             data["anchors"] = json.dumps(r.anchors, sort_keys=True)
             writer.writerow(data)
+
+
+def anchor_names(spec: str | None) -> list[str]:
+    """``--anchors`` (None: no anchors; "all"; or a comma list of ANCHORS names)."""
+    if spec is None:
+        return []
+    names = list(ANCHORS) if spec == "all" else [a.strip() for a in spec.split(",")]
+    unknown = [a for a in names if a not in ANCHORS]
+    if unknown:
+        raise ValueError(f"unknown anchors {unknown}; valid: {', '.join(ANCHORS)} or all")
+    return names
+
+
+def table_cases(table: DispatchTable) -> str:
+    """The case spec of every entry of a table, in case order."""
+    return ",".join(sorted({e["case"] for e in table.entries.values()}, key=case_sort_key))
+
+
+def bench_table(
+    table: DispatchTable,
+    cases: list[Case],
+    selection: ProfileSelection,
+    *,
+    baseline: DispatchTable | None = None,
+    anchors: list[str] | None = None,
+    emit: Callable[[str], None] = print,
+) -> list[BenchRow]:
+    """Every case under the official protocol (with its anchors), a line each as it ends."""
+    rows = []
+    for case in cases:
+        row = bench_case(case, selection.device, table, baseline=baseline)
+        if anchors and row.speedup:
+            row.anchors = bench_anchors(case, selection, anchors)
+        rows.append(row)
+        emit(
+            f"case {case.id}: {row.verdict} "
+            + (f"{row.speedup:.2f}x" if row.speedup else "")
+            + f"  {row.route}"
+        )
+    return rows

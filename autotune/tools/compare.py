@@ -5,15 +5,16 @@ the reference and every plan timed interleaved, and the device kernels per forwa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from autotune.build import build_candidate
+from autotune.core.outcome import OutcomeKind
 from autotune.core.reference import official_settings
-from autotune.evaluate import _cleanup, classify_exception
-from autotune.judge.gate import OFFICIAL_GATE, CaseBench, run_gate
-from autotune.measure import TimingSettings, count_kernels, measure_interleaved, paired_stats
+from autotune.evaluate import evaluate_many
+from autotune.judge.gate import OFFICIAL_GATE, CaseBench
+from autotune.measure import TimingSettings, count_kernels
 from autotune.plan import Plan
 
 
@@ -35,53 +36,50 @@ class Row:
 
 
 def compare_plans(bench: CaseBench, plans: list[Plan], timing: TimingSettings) -> list[Row]:
+    """The reference's row, then each plan's: gate, kernels per forward, interleaved time."""
+    outcomes = evaluate_many(
+        bench, plans, timing=timing, gate=OFFICIAL_GATE, prune=False, kernels=True
+    )
     cuda = bench.device.type == "cuda"
     x, mask = bench.timing_inputs()
-    rows: list[Row] = []
-    models: list[tuple[Row, Any]] = []
-    with official_settings():
-        for plan in plans:
-            row = Row(bench.case.id, plan.describe(), plan.hash, False, "")
-            rows.append(row)
-            try:
-                model = build_candidate(plan, bench.config, bench.device, bench.state_dict)
-                result = run_gate(bench, model, OFFICIAL_GATE)
-            except Exception as exc:
-                row.detail = f"{classify_exception(exc).value}: {exc}"[:200]
-                continue
-            row.passed = result.passed
-            row.detail = result.worst.summary() if result.worst else ""
-            if result.passed:
-                models.append((row, model))
-        ref = bench.reference
-        fns = [lambda: ref(x, mask)] + [lambda m=m: m(x, mask) for _, m in models]
-        with torch.inference_mode():
-            for fn in fns[1:]:
-                fn()  # graphs captured, kernels compiled before counting
-            counts = [count_kernels(fn, cuda=cuda) for fn in fns]
-            reps, results = measure_interleaved(fns, timing, cuda=cuda)
+    with official_settings(), torch.inference_mode():
+        ref_kernels = count_kernels(lambda: bench.reference(x, mask), cuda=cuda)
+    rows = [Row(bench.case.id, "reference", "", True, "", kernels=ref_kernels, speedup=1.0)]
     first = None
-    for (row, _), res, kernels in zip(models, results[1:], counts[1:], strict=True):
-        stats = paired_stats(results[0], res, reps, cuda)
-        row.kernels = kernels
-        row.median_us = res[0] * 1e3
-        row.speedup = stats.speedup
-        row.noise = stats.noise
-        first = first if first is not None else res[0]
-        row.vs_first = first / res[0]
-    rows.insert(
-        0,
-        Row(
-            bench.case.id,
-            "reference",
-            "",
-            True,
-            "",
-            kernels=counts[0],
-            median_us=results[0][0] * 1e3,
-            speedup=1.0,
-        ),
-    )
-    del models, fns
-    _cleanup(cuda)
+    for plan, outcome in zip(plans, outcomes, strict=True):
+        row = Row(bench.case.id, plan.describe(), plan.hash, outcome.passed, "")
+        rows.append(row)
+        if outcome.report is not None:
+            row.detail = outcome.report.summary()
+        if not outcome.passed or outcome.timing is None:
+            if outcome.kind is not OutcomeKind.WRONG_RESULT:
+                row.detail = f"{outcome.kind.value}: {outcome.message}"[:200]
+            continue
+        t = outcome.timing
+        rows[0].median_us = t.ref_median_ms * 1e3
+        row.kernels = outcome.kernels_per_forward
+        row.median_us = t.cand_median_ms * 1e3
+        row.speedup = t.speedup
+        row.noise = t.noise
+        first = first if first is not None else t.cand_median_ms
+        row.vs_first = first / t.cand_median_ms
     return rows
+
+
+def compare_cases(
+    cases: list[Any],
+    selection: Any,
+    plans: list[Plan],
+    tables: list[Any],
+    timing: TimingSettings,
+) -> Iterator[Row]:
+    """Per case, the plan each table ships (first), then ``plans``, side by side."""
+    for case in cases:
+        bench = CaseBench(case, selection.effective_device())
+        extra = []
+        for table in tables:
+            entry = table.entries.get(case.key.as_tuple())
+            if entry and entry.get("admitted"):
+                extra.append(Plan.from_dict(entry["plan"]))
+        yield from compare_plans(bench, extra + plans, timing)
+        bench.release()

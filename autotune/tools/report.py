@@ -9,6 +9,8 @@ from typing import Any
 
 import pandas as pd
 
+from autotune.search import trials
+
 
 def evaluation_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per (case, plan) from ``autotune evaluate --json`` records."""
@@ -63,26 +65,24 @@ def _backend(plan: dict[str, Any]) -> str:
 
 def study_frame(study: Any) -> pd.DataFrame:
     """One row per finished trial of an Optuna study, with its plan and outcome."""
-    from autotune.search.study import is_feasible
-
     rows = []
     for t in study.get_trials(deepcopy=False):
         if t.values is None:
             continue
-        plan = t.user_attrs.get("plan", {})
-        outcome = t.user_attrs.get("outcome", {})
+        plan = trials.trial_plan(t)
+        outcome = trials.trial_outcome(t)
         rows.append(
             {
                 "trial": t.number,
                 "relative_latency": t.values[0],
                 "peak_mib": t.values[1],
-                "feasible": is_feasible(t),
-                "kind": t.user_attrs.get("outcome_kind", "?"),
-                "backend": _backend(plan),
-                "plan_hash": t.user_attrs.get("plan_hash"),
-                "seconds": t.user_attrs.get("seconds"),
-                "speedup": (1.0 / t.values[0]) if is_feasible(t) else None,
-                "worst_share": (outcome.get("report") or {}).get("budget_share"),
+                "feasible": trials.is_feasible(t),
+                "kind": trials.trial_kind(t),
+                "backend": _backend(plan.to_dict() if plan else {}),
+                "plan_hash": trials.trial_plan_hash(t),
+                "seconds": trials.trial_seconds(t),
+                "speedup": trials.speedup_of(t),
+                "worst_share": outcome.report.budget_share if outcome and outcome.report else None,
             }
         )
     return pd.DataFrame(rows)
@@ -93,7 +93,7 @@ def plot_pareto(ax: Any, study: Any, winner_trial: int | None = None) -> None:
     from autotune.plan import REFERENCE_PLAN
 
     frame = study_frame(study)
-    case = study.user_attrs.get("case", {}).get("id", "?")
+    case = trials.case_id_of(study)
     ax.set_title(f"case {case}", fontsize=9)
     ax.set_xlabel("peak memory (MiB)", fontsize=8)
     ax.set_ylabel("latency / reference", fontsize=8)
@@ -233,7 +233,7 @@ def plot_history(studies: list[Any], out: Path) -> Path:
         if frame.empty:
             continue
         best = frame["speedup"].fillna(0).cummax()
-        ax.plot(frame["trial"], best, label=f"case {study.user_attrs['case']['id']}")
+        ax.plot(frame["trial"], best, label=f"case {trials.case_id_of(study)}")
     ax.set_xlabel("trial")
     ax.set_ylabel("best feasible speedup so far")
     ax.set_yscale("log")
@@ -269,9 +269,7 @@ def knob_importances(studies: list[Any]) -> pd.DataFrame:
         except (RuntimeError, ValueError):
             continue
         for name, value in imp.items():
-            rows.append(
-                {"case": study.user_attrs["case"]["id"], "param": name, "importance": value}
-            )
+            rows.append({"case": trials.case_id_of(study), "param": name, "importance": value})
     frame = pd.DataFrame(rows)
     if frame.empty:
         return frame
@@ -285,21 +283,19 @@ def knob_importances(studies: list[Any]) -> pd.DataFrame:
 
 def tuning_cost(studies: list[Any]) -> pd.DataFrame:
     """Per study: case, trials, summed trial wall time, feasible trials."""
-    from autotune.search.study import is_feasible
-
     rows = []
     for study in studies:
-        trials = study.get_trials(deepcopy=False)
+        done = study.get_trials(deepcopy=False)
         seconds = sum(
             (t.datetime_complete - t.datetime_start).total_seconds()
-            for t in trials
+            for t in done
             if t.datetime_complete is not None and t.datetime_start is not None
         )
         rows.append(
             {
-                "case": study.user_attrs.get("case", {}).get("id", study.study_name),
-                "trials": len(trials),
-                "feasible": sum(1 for t in trials if is_feasible(t)),
+                "case": trials.case_id_of(study),
+                "trials": len(done),
+                "feasible": sum(1 for t in done if trials.is_feasible(t)),
                 "trial seconds": seconds,
             }
         )
@@ -467,14 +463,7 @@ def write_report(
             "",
         ]
     if studies:
-        plot_studies(
-            studies,
-            out / "pareto.png",
-            {
-                e.get("evidence", {}).get("study", ""): e.get("evidence", {}).get("trial")
-                for e in (table.entries.values() if table is not None else [])
-            },
-        )
+        plot_studies(studies, out / "pareto.png", table_winners(table))
         plot_history(studies, out / "history.png")
         lines += [
             "## Pareto fronts",
@@ -515,3 +504,25 @@ def write_report(
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def profile_studies(storage: Any, profile: str, case: str | None = None) -> list[Any]:
+    """A profile's study per case (one case's only, if given), in case order."""
+    from autotune.core.cases import case_sort_key, get_case
+
+    studies = trials.studies_by_case(storage, profile)
+    if case:
+        key = str(get_case(case).key)
+        studies = {k: v for k, v in studies.items() if k == key}
+    return sorted(studies.values(), key=lambda s: case_sort_key(trials.case_id_of(s)))
+
+
+def table_winners(table: Any) -> dict[str, int | None]:
+    """Study name -> the trial a table ships (for marking winners in the figures)."""
+    if table is None:
+        return {}
+    out = {}
+    for entry in table.entries.values():
+        ev = entry.get("evidence", {})
+        out[ev.get("study", "")] = ev.get("trial")
+    return out

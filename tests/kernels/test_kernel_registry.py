@@ -8,13 +8,18 @@ import pytest
 
 pytest.importorskip("triton")
 
+from autotune.core.reference import ReferenceTransformer, TransformerConfig
 from kernels.registry import CheckResult, KernelCheck, iter_checks
 
 
+def reference(**shape: object) -> ReferenceTransformer:
+    return ReferenceTransformer(TransformerConfig(**shape))  # type: ignore[arg-type]
+
+
 def test_check_names_are_unique_and_cover_every_kernel_family() -> None:
-    names = [check.name for check in iter_checks()]
+    names = [check.name for check in iter_checks(reference)]
     assert len(names) == len(set(names))
-    for family in ("attention/", "layernorm/", "ffn/bias_gelu", "ffn/linear_gelu"):
+    for family in ("attention/", "layernorm/", "ffn/bias_gelu", "ffn/linear_gelu", "block/"):
         assert any(name.startswith(family) for name in names), family
     for precision in ("ieee", "tf32", "fp16", "bf16"):
         assert any(name.startswith("attention/") and name.endswith(precision) for name in names)
@@ -23,7 +28,7 @@ def test_check_names_are_unique_and_cover_every_kernel_family() -> None:
 def test_every_check_passes_and_the_list_runs_in_under_a_minute(device: str) -> None:
     start = time.perf_counter()
     failures = []
-    for check in iter_checks():
+    for check in iter_checks(reference):
         result = check.run(device)
         if not result.passed:
             failures.append(f"{check.name}: {result.detail}")
@@ -38,3 +43,8 @@ def test_a_crashing_check_is_reported_as_a_failed_result() -> None:
     result = KernelCheck("crash", "always raises", crash).run("cpu")
     assert not result.passed
     assert "RuntimeError: boom on cpu" in result.detail
+
+
+def test_the_fused_block_is_checked_only_against_a_given_reference() -> None:
+    assert not any(c.name.startswith("block/") for c in iter_checks())
+    assert sum(c.name.startswith("block/") for c in iter_checks(reference)) == 2

@@ -174,8 +174,8 @@ def test_oracle_judged_timing_quotes_the_cached_oracle_time(cpu_device) -> None:
 
 
 def test_study_budget_is_weighted_by_regime() -> None:
-    from autotune.cli_more import _budget_weight
     from autotune.core.cases import get_case
+    from autotune.search.schedule import budget_weight as _budget_weight
 
     assert _budget_weight(get_case("2")) < _budget_weight(get_case("1"))
     assert _budget_weight(get_case("6")) > _budget_weight(get_case("1"))
@@ -195,7 +195,7 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
     monkeypatch, tmp_path, capsys
 ) -> None:
     from autotune.core.reference import ACCURACY_SEEDS
-    from autotune.runtime.dispatch import load_table
+    from autotune.runtime import load_table
 
     _oracle_only(monkeypatch)
     spec = "3,24,16,2,24,1,causal"

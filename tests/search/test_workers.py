@@ -54,12 +54,12 @@ def test_injected_crash_hang_wrong_and_raise_are_recorded_and_the_study_complete
     for t in trials[1:5]:  # constraints steer samplers away from each failure
         assert t.constraints["correctness"] > 0
     # A plan that crashed is never run again: proposing it again reuses its outcome.
-    from autotune.search.study import _previous
+    from autotune.search.trials import find_prior
 
     study = optuna.load_study(
         study_name=optuna.get_all_study_summaries(url)[0].study_name, storage=url
     )
-    assert _previous(study, trials[1].user_attrs["plan_hash"], -1).number == 1
+    assert find_prior(study, trials[1].user_attrs["plan_hash"], -1).number == 1
 
 
 def _worker_run(url: str, space_file: str, n: int, env: dict[str, str], monkeypatch) -> None:

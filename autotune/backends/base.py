@@ -1,0 +1,205 @@
+"""The registry: one object per implementation choice of a plan knob.
+
+A backend declares which knob value it implements, what it needs (in words, for
+``autotune knobs``), whether it runs the project's Triton kernels, the reasons it cannot
+run a plan on a case and device (``reasons``, always; ``kernel_reasons``, only where
+Triton can run at all), and, by family, its forward and its working memory. Knob values
+of ``attention``, ``layernorm``, ``ffn_act`` and ``fused_block`` are the registered
+values; the builder, the memory model and the plan ask the registry instead of
+branching on names. Adding a backend is one new module that registers a class.
+
+Plans are passed in as they are (anything with the knobs as attributes): this package
+sits below ``autotune.plan``, which takes its knob values from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from autotune.backends import precision
+from autotune.core.device import DeviceInfo, triton_usable
+from autotune.core.reference import TransformerConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# Mask kinds found at run time (never assumed).
+MASK_NONE = "none"  # no mask given, or an all-True mask that the plan may drop
+MASK_RIGHT_PADDED = "right-padded"  # every row is a prefix of True
+MASK_GENERAL = "general"
+
+
+class Backend:
+    """One value of one knob. Subclasses set the class attributes and override hooks."""
+
+    knob: ClassVar[str]
+    value: ClassVar[Any]
+    needs: ClassVar[str] = ""  # what it needs, in words ("" = any device)
+    triton: ClassVar[bool] = False  # runs the project's Triton kernels
+    rank: ClassVar[int] = 0  # where the value stands among its knob's values
+
+    def reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        """Why the plan cannot run on this case and device (empty: it can)."""
+        return []
+
+    def kernel_reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        """Reasons of the Triton kernels' own checks; asked only where Triton runs."""
+        return []
+
+
+@dataclasses.dataclass
+class AttentionCall:
+    """One attention call: projections ``[B, S, D]`` (fp32, or the half operand type when
+    the GEMMs hand theirs over), the mask and its kind, the plan and the case."""
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    mask: Tensor | None
+    kind: str
+    plan: Any
+    config: TransformerConfig
+    guard_log: list[Any]  # polynomial attention appends its guard's decision
+
+
+class AttentionBackend(Backend):
+    knob = "attention"
+    general_masks: ClassVar[bool] = True  # False: a general mask takes the reference path
+    takes_query_chunk: ClassVar[bool] = False
+
+    def reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        if plan.query_chunk and not self.takes_query_chunk:
+            return [
+                f"query_chunk={plan.query_chunk} applies to attention=reference (the fused "
+                f"backends never hold the scores), got attention={self.value}"
+            ]
+        return []
+
+    def attend(self, call: AttentionCall) -> Tensor:
+        """The attention context ``[B, S, D]`` in float32, before ``out_proj``."""
+        raise NotImplementedError
+
+    def workspace_bytes(self, plan: Any, config: TransformerConfig, batch: int) -> int:
+        """Bytes it holds beyond the projections for ``batch`` sequences (scores, log-sum-exp,
+        masks, states)."""
+        return 0
+
+
+class NormBackend(Backend):
+    knob = "layernorm"
+
+    def add_norm(
+        self,
+        x: Tensor,
+        delta: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        mask: Tensor | None = None,
+        zero_sum_rows: bool = False,
+        zero_out_rows: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """``x + delta`` (padded rows zeroed when asked) and its LayerNorm (padded rows
+        zeroed when asked)."""
+        raise NotImplementedError
+
+
+class FfnBackend(Backend):
+    knob = "ffn_act"
+
+    def inner(self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str) -> Tensor:
+        """``GELU(h @ weight^T + bias)`` (exact GELU), float32."""
+        raise NotImplementedError
+
+
+class BlockBackend(Backend):
+    """Whole-layer backends: ``fused`` ones run every layer themselves."""
+
+    knob = "fused_block"
+    fused: ClassVar[bool] = False
+
+    def prepare(self, model: Any) -> Any:
+        """What the forward reads of the model's weights (made once per weight version)."""
+        return None
+
+    def forward(
+        self, prepared: Any, x: Tensor, mask: Tensor | None, plan: Any, config: Any
+    ) -> Tensor:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, dict[Any, Backend]] = {}
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    """Class decorator: one instance of ``cls`` serves its knob value."""
+    table = _REGISTRY.setdefault(cls.knob, {})
+    if cls.value in table:
+        raise ValueError(f"{cls.knob}={cls.value!r} is registered twice")
+    table[cls.value] = cls()
+    return cls
+
+
+def get(knob: str, value: Any) -> Backend:
+    try:
+        return _REGISTRY[knob][value]
+    except KeyError:
+        valid = ", ".join(repr(v) for v in _REGISTRY.get(knob, {}))
+        raise ValueError(f"no backend for {knob}={value!r}; registered: {valid}") from None
+
+
+def attention(value: str) -> AttentionBackend:
+    backend = get("attention", value)
+    assert isinstance(backend, AttentionBackend)
+    return backend
+
+
+def _ranked(knob: str) -> list[Backend]:
+    return sorted(_REGISTRY.get(knob, {}).values(), key=lambda b: b.rank)
+
+
+def values(knob: str) -> tuple[Any, ...]:
+    """The registered values of a backend knob, by rank."""
+    return tuple(b.value for b in _ranked(knob))
+
+
+def needs(knob: str) -> dict[Any, str]:
+    return {b.value: b.needs for b in _ranked(knob) if b.needs}
+
+
+def knobs() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def chosen(plan: Any) -> list[Backend]:
+    """The backend of every backend knob, as the plan picks them."""
+    return [get(knob, getattr(plan, knob)) for knob in _REGISTRY]
+
+
+def uses_triton(plan: Any) -> bool:
+    return any(b.triton for b in chosen(plan))
+
+
+def not_supported_reasons(
+    plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool = False
+) -> list[str]:
+    """Every reason the plan's backends cannot run on this case and device."""
+    picked = chosen(plan)
+    reasons = precision.reasons(plan, device)
+    for backend in picked:
+        reasons += backend.reasons(plan, config, device, prune=prune)
+    if any(b.triton for b in picked):
+        ok, why = triton_usable(device)
+        if not ok:
+            reasons.append(why)
+        else:
+            for backend in picked:
+                if backend.triton:
+                    reasons += backend.kernel_reasons(plan, config, device, prune=prune)
+    return reasons

@@ -1,0 +1,102 @@
+"""Guarded degree-2 polynomial attention (``kernels.polynomial``, causal): a run-time
+guard on the sampled score spread takes the exact Triton attention when the
+approximation could fail; its decision is logged per call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from autotune.backends.base import AttentionBackend, AttentionCall, register
+from autotune.backends.precision import triton_precision
+from autotune.backends.triton_attention import attention_kernel_reasons, tiles
+from autotune.core.device import DeviceInfo
+from autotune.core.reference import TransformerConfig
+
+
+@register
+class PolynomialAttention(AttentionBackend):
+    value = "polynomial"
+    rank = 7
+    needs = (
+        "CUDA with triton (or TRITON_INTERPRET=1), causal: guarded degree-2 "
+        "polynomial attention, the exact Triton kernel when the guard refuses"
+    )
+    triton = True
+    general_masks = False
+
+    def reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        reasons = super().reasons(plan, config, device, prune=prune)
+        if not config.causal:
+            reasons.append("attention=polynomial needs a causal model (its scan is causal)")
+        if plan.cuda_graph:
+            reasons.append(
+                "attention=polynomial reads its guard on the host each layer; set cuda_graph false"
+            )
+        return reasons
+
+    def kernel_reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        from kernels import polynomial as poly
+
+        # The guard's exact path is the Triton attention.
+        reasons = attention_kernel_reasons(plan, config, device, prune=prune)
+        return reasons + poly.not_supported_reasons(
+            head_dim=config.head_dim,
+            chunk=plan.poly_chunk,
+            precision=triton_precision(plan.attn_precision),
+            capability=device.capability,
+            device_type=device.type,
+            smem_bytes=device.smem_per_block or None,
+        )
+
+    def attend(self, call: AttentionCall) -> Tensor:
+        """With right padding the key mask is a no-op for valid rows (causal), and padded
+        rows are zeroed after out_proj."""
+        from kernels.polynomial import guarded_attention
+
+        c, plan = call.config, call.plan
+        b, s, d = call.q.shape
+        shape = (b, s, c.num_heads, c.head_dim)
+        out = torch.empty(b, s, d, device=call.q.device, dtype=torch.float32)
+        precision = triton_precision(plan.attn_precision)
+        _, decision = guarded_attention(
+            call.q.view(shape),
+            call.k.view(shape),
+            call.v.view(shape),
+            causal=True,
+            scale=c.head_dim**-0.5,
+            threshold=plan.poly_guard,
+            chunk=plan.poly_chunk,
+            exact_prefix=min(plan.poly_exact_prefix, s),
+            precision=precision,
+            out=out.view(shape),
+            exact_kwargs=tiles(plan).kwargs() | {"precision": precision},
+        )
+        call.guard_log.append(decision)
+        return out
+
+    def workspace_bytes(self, plan: Any, config: TransformerConfig, batch: int) -> int:
+        """Guard and exact-path bookkeeping, and the chunk states of ``batch`` sequences."""
+        bookkeeping = batch * config.num_heads * config.seq_len * 4
+        try:
+            from kernels.polynomial import workspace_bytes
+
+            states = workspace_bytes(
+                batch=batch,
+                seq_len=config.seq_len,
+                num_heads=config.num_heads,
+                head_dim=config.head_dim,
+                chunk=plan.poly_chunk,
+                precision=triton_precision(plan.attn_precision),
+            )
+        except (ImportError, ValueError):  # no triton, or a config the plan check refuses
+            hd = config.head_dim
+            n_chunks = -(-config.seq_len // plan.poly_chunk)
+            states = batch * config.num_heads * n_chunks * (1 + hd + hd * hd) * (hd + 1) * 4
+        return int(bookkeeping + states)

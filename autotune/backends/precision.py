@@ -1,0 +1,61 @@
+"""Operand precisions (``attn_precision``, ``gemm_precision``): fp32 (TF32 matmuls, as the
+reference under the official flags), ieee (TF32 off), fp16 and bf16 operands with fp32
+accumulation. What each needs, and the helpers every backend computes with."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from autotune.core.device import DeviceInfo
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def triton_precision(prec: str) -> str:
+    """The Triton kernels' name of an operand precision (fp32 is their tf32)."""
+    return "tf32" if prec == "fp32" else prec
+
+
+def operand_bytes(prec: str) -> int:
+    return 2 if prec in DTYPES else 4
+
+
+def reasons(plan: Any, device: DeviceInfo) -> list[str]:
+    out = []
+    cap = device.capability or (0, 0)
+    for what in ("attn_precision", "gemm_precision"):
+        if getattr(plan, what) == "bf16" and device.type == "cuda" and cap < (8, 0):
+            out.append(f"{what}=bf16 needs sm_80+, device is {device.sm}")
+    return out
+
+
+@contextlib.contextmanager
+def matmul_precision(prec: str) -> Iterator[None]:
+    """``ieee``: turn TF32 off for the ops inside; other precisions leave flags alone."""
+    if prec != "ieee":
+        yield
+        return
+    prev = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+
+
+def linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None, prec: str, keep_half: bool = False
+) -> Tensor:
+    """``x @ W^T + b`` at an operand precision; fp32 out unless ``keep_half``."""
+    if prec in DTYPES:
+        y = F.linear(x.to(DTYPES[prec]), weight, bias)
+        return y if keep_half else y.float()
+    with matmul_precision(prec):
+        return F.linear(x, weight, bias)

@@ -1,0 +1,64 @@
+"""What every command group shares: the user-error type, common options, small parsers."""
+
+from __future__ import annotations
+
+import argparse
+import glob
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULT_STORAGE = "sqlite:///studies.db"
+DEFAULT_GOLDEN = "../shared/golden/*.pt"
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def add_gpu(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gpu",
+        default="cpu",
+        help="GPU profile: cpu, auto, h200, h100, a100, rtx4090, rtx5080 (default cpu)",
+    )
+    p.add_argument(
+        "--emulate",
+        action="store_true",
+        help="run a profile on another device, capping memory to the profile's",
+    )
+
+
+def add_storage(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", default=DEFAULT_STORAGE, help="any SQLAlchemy URL")
+
+
+def open_storage(url: str, heartbeat: int | None = None) -> Any:
+    from autotune.search.trials import open_storage as open_rdb
+
+    return open_rdb(url, heartbeat, 3 * heartbeat if heartbeat else None)
+
+
+def selection(args: argparse.Namespace) -> Any:
+    from autotune.core.profiles import select_profile
+
+    return select_profile(args.gpu, emulate=args.emulate)
+
+
+def default_vectors(paths: Sequence[str]) -> list[str]:
+    if paths:
+        return list(paths)
+    found = sorted(glob.glob(DEFAULT_GOLDEN))
+    if not found:
+        raise CliError(f"no vectors given and none found at {DEFAULT_GOLDEN}; pass .pt files")
+    return found
+
+
+def chunk_pair(text: str, flag: str) -> tuple[int, int]:
+    """``QUERY,KEY`` positive chunk sizes."""
+    try:
+        q, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise CliError(f"{flag} takes 'QUERY,KEY' chunk sizes, got {text!r}") from None
+    if q < 1 or k < 1:
+        raise CliError(f"{flag} must be positive, got {text!r}")
+    return q, k

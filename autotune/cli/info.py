@@ -1,0 +1,112 @@
+"""What can be tuned and checked: cases, knobs, profiles, conformance, kernel checks."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.cli.common import DEFAULT_GOLDEN, chunk_pair, default_vectors
+
+
+def cmd_cases(args: argparse.Namespace) -> int:
+    from autotune.core.cases import all_cases, select_cases
+
+    cases = select_cases(args.cases) if args.cases else all_cases()
+    print(
+        f"{'case':<10} {'B':>6} {'S':>7} {'D':>5} {'H':>3} {'hd':>4} {'FFN':>5} {'L':>2} "
+        f"{'causal':>6}  {'regime':<17} key"
+    )
+    for c in cases:
+        cfg = c.config
+        print(
+            f"{c.id:<10} {cfg.batch_size:>6} {cfg.seq_len:>7} {cfg.d_model:>5} "
+            f"{cfg.num_heads:>3} {cfg.head_dim:>4} {cfg.ffn_dim:>5} {cfg.num_layers:>2} "
+            f"{cfg.causal!s:>6}  {c.regime:<17} {c.key}"
+            + (f"  (padding {c.padding_ratio})" if c.padding_ratio else "")
+        )
+    return 0
+
+
+def cmd_knobs(args: argparse.Namespace) -> int:
+    from autotune.plan import KNOBS
+
+    for knob in KNOBS:
+        print(f"{knob.name} [{knob.group}] default {knob.default!r}: {knob.help}")
+        print(f"    values: {knob.describe_values()}")
+        for value, need in knob.needs.items():
+            print(f"    {value!r} needs {need}")
+    return 0
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from autotune.core.profiles import PROFILES
+
+    for p in PROFILES.values():
+        print(
+            f"{p.name:<8} {p.memory_bytes / 2**30:>6.1f} GiB  {p.describe_rule():<32} "
+            f"{p.description}"
+        )
+    return 0
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from autotune.judge import golden
+
+    subject, exact = golden.reference_subject, golden.REFERENCE_TOLERANCE
+    if args.plan:
+        from autotune.plan import parse_plan
+
+        subject, exact = golden.plan_subject(parse_plan(args.plan)), None
+    elif args.oracle:
+        subject = golden.oracle_subject(*chunk_pair(args.oracle_chunks, "--oracle-chunks"))
+    elif args.table:
+        subject, exact = golden.table_subject(args.table), None
+    _, failed = golden.run_conformance(
+        default_vectors(args.vectors), subject, exact_tolerance=exact
+    )
+    return 1 if failed else 0
+
+
+def cmd_kernels_check(args: argparse.Namespace) -> int:
+    from autotune.backends import kernel_checks
+
+    passed = failed = 0
+    for check in kernel_checks():
+        print(f"{check.name:<48} {'PASS' if check.passed else 'FAIL'}  {check.detail}")
+        passed += check.passed
+        failed += not check.passed
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("cases", help="list the official, smoke and custom cases")
+    p.add_argument("--cases", help="a case spec, e.g. 1-13, smoke, 8,256,128,4,512,2,causal")
+    p.set_defaults(func=cmd_cases)
+
+    p = sub.add_parser("knobs", help="every plan knob, its values and what each needs")
+    p.set_defaults(func=cmd_knobs)
+
+    p = sub.add_parser("profiles", help="the GPU profiles and how each is recognised")
+    p.set_defaults(func=cmd_profiles)
+
+    p = sub.add_parser("conformance", help="check golden vectors (reference, --plan or --table)")
+    p.add_argument("vectors", nargs="*", help=f"golden .pt files (default {DEFAULT_GOLDEN})")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--plan", help="check this plan (JSON, @file.json or 'reference') on the CPU")
+    g.add_argument("--table", help="check a generated table's dispatcher")
+    g.add_argument(
+        "--oracle",
+        action="store_true",
+        help="check the streamed exact oracle (within 1e-5, like the reference)",
+    )
+    p.add_argument(
+        "--oracle-chunks",
+        default="7,5",
+        help="query,key chunk sizes for --oracle (small, to cross chunk edges)",
+    )
+    p.set_defaults(func=cmd_conformance)
+
+    p = sub.add_parser("kernels", help="the project's Triton kernels")
+    ksub = p.add_subparsers(dest="kernels_command", required=True, metavar="ACTION")
+    k = ksub.add_parser("check", help="every kernel against its reference at small, odd shapes")
+    k.set_defaults(func=cmd_kernels_check)

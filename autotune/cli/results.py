@@ -1,0 +1,222 @@
+"""Results: bench and validate a table, compare plans, report and plot studies."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from autotune.cli.common import add_gpu, add_storage, open_storage, selection
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from autotune.core.cases import select_cases
+    from autotune.runtime import load_table
+    from autotune.tools.bench import anchor_names, bench_table, summarise, table_cases, write_csv
+
+    table = load_table(args.table)
+    anchors = anchor_names(args.anchors)
+    baseline = load_table(args.baseline) if args.baseline else None
+    cases = select_cases(args.cases or table_cases(table))
+    rows = bench_table(
+        table,
+        cases,
+        selection(args),
+        baseline=baseline,
+        anchors=anchors,
+        emit=lambda line: print(line, flush=True),
+    )
+    print(summarise(rows))
+    if args.csv:
+        write_csv(rows, args.csv)
+        print(f"wrote {args.csv}")
+    return 1 if any(r.verdict == "FAIL" for r in rows) else 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from autotune.core.cases import select_cases
+    from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
+    from autotune.runtime import load_table
+    from autotune.tools.validate import CANNOT_RUN, WRONG, validate_table
+
+    table = load_table(args.table)
+    cases = {c.id for c in select_cases(args.cases)} if args.cases else None
+    checks = validate_table(
+        table, selection(args), STUDY_TIMING if args.quick else OFFICIAL_TIMING, cases=cases
+    )
+    if any(c.verdict == WRONG for c in checks):
+        return 1
+    if args.strict and any(c.verdict == CANNOT_RUN for c in checks):
+        return 1
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from autotune.core.cases import select_cases
+    from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
+    from autotune.plan import parse_plan
+    from autotune.runtime import load_table
+    from autotune.tools.compare import compare_cases
+
+    plans = [parse_plan(t) for t in args.plan or []]
+    tables = [load_table(t) for t in args.table or []]
+    if not plans and not tables:
+        raise ValueError("give at least one --plan or --table")
+    timing = OFFICIAL_TIMING if args.official else STUDY_TIMING
+    rows = []
+    print("case | plan | kernels/forward | median us | x reference | x first plan | verdict")
+    for row in compare_cases(select_cases(args.cases), selection(args), plans, tables, timing):
+        rows.append(row.to_json())
+
+        def fmt(v: float | None, spec: str) -> str:
+            return "-" if v is None else format(v, spec)
+
+        print(
+            f"{row.case} | {row.plan} | {row.kernels if row.kernels is not None else '-'} | "
+            f"{fmt(row.median_us, '.1f')} | {fmt(row.speedup, '.2f')} | "
+            f"{fmt(row.vs_first, '.2f')} | "
+            + ("pass" if row.passed else "FAIL")
+            + (f" ({row.detail})" if row.detail and not row.passed else ""),
+            flush=True,
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0 if all(r["passed"] for r in rows) else 1
+
+
+def _table_or_none(path: str | None, profile: str):  # type: ignore[no-untyped-def]
+    from autotune.runtime import load_table
+
+    table_path = Path(path or f"tables/{profile}.py")
+    return load_table(table_path) if table_path.is_file() else None, table_path
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from autotune.tools.report import plot_studies, profile_studies, table_winners
+
+    studies = profile_studies(open_storage(args.storage), args.gpu, args.case)
+    if not studies:
+        raise ValueError(
+            f"no studies for profile {args.gpu!r}"
+            + (f" and case {args.case!r}" if args.case else "")
+            + f" in {args.storage}"
+        )
+    table, _ = _table_or_none(args.table, args.gpu)
+    out = plot_studies(studies, args.out or f"docs/pareto_{args.gpu}.png", table_winners(table))
+    print(f"wrote {out} ({len(studies)} studies)")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.tools.report import evaluation_markdown, profile_studies, write_report
+
+    if args.evaluations:
+        print(evaluation_markdown(args.evaluations))
+        return 0
+    if args.notes and not Path(args.notes).is_file():
+        raise ValueError(f"--notes {args.notes!r} does not exist; give a markdown file")
+    studies = profile_studies(open_storage(args.storage), args.gpu)
+    table, table_path = _table_or_none(args.table, args.gpu)
+    if not studies and table is None:
+        raise ValueError(
+            f"nothing to report for profile {args.gpu!r}: no studies in "
+            f"{args.storage} and no {table_path}"
+        )
+    command = (
+        " ".join(["autotune report", *sys.argv[2:]])
+        if sys.argv[1:2] == ["report"]
+        else f"autotune report --gpu {args.gpu}"
+    )
+    path = write_report(
+        profile=args.gpu,
+        studies=studies,
+        table=table,
+        bench_csv=args.bench,
+        out_dir=args.out or f"docs/results/{args.gpu}",
+        command=command,
+        notes=args.notes,
+        efficiency=args.efficiency,
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("bench", help="official protocol: reference vs a table's dispatcher")
+    p.add_argument("--table", required=True)
+    p.add_argument("--cases", help="case spec (default: the table's cases)")
+    p.add_argument("--baseline", help="another table, timed in the same interleaved run")
+    p.add_argument(
+        "--anchors",
+        nargs="?",
+        const="all",
+        help="also the anchors a user would pick (sdpa, sdpa+reduce-overhead, "
+        "max-autotune; default all), each against the reference in its own process",
+    )
+    add_gpu(p)
+    p.set_defaults(gpu="auto")
+    p.add_argument("--csv", help="also write the rows as CSV")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("validate", help="re-verify and re-time every entry of a table here")
+    p.add_argument("--table", required=True)
+    add_gpu(p)
+    p.set_defaults(gpu="auto")
+    p.add_argument("--cases", help="only these cases (a case spec; default: every entry)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="study timing (seconds) instead of the official protocol",
+    )
+    p.add_argument(
+        "--strict", action="store_true", help="also fail when an entry cannot run on this device"
+    )
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser(
+        "compare",
+        help="plans side by side on cases: gate, interleaved timing, kernels per forward",
+    )
+    add_gpu(p)
+    p.add_argument("--cases", required=True, help="case spec: 1-5,7,9-12, smoke, ...")
+    p.add_argument("--plan", action="append", help="plan JSON, @file.json or reference")
+    p.add_argument(
+        "--table", action="append", help="also the plan this table ships for each case (first)"
+    )
+    p.add_argument("--official", action="store_true", help="official timing (20 x 3 x 100)")
+    p.add_argument("--json", help="write the rows as JSON here")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("report", help="a markdown page with tables and figures")
+    p.add_argument("--gpu", default="cpu", help="profile whose studies and table to report")
+    add_storage(p)
+    p.add_argument("--table", help="table (default tables/PROFILE.py)")
+    p.add_argument("--bench", help="a CSV from 'autotune bench --csv' (with --anchors)")
+    p.add_argument("--out", help="folder (default docs/results/PROFILE)")
+    p.add_argument(
+        "--evaluations",
+        metavar="JSON",
+        help="instead: print markdown tables of 'autotune evaluate --json' records",
+    )
+    p.add_argument(
+        "--efficiency",
+        action="append",
+        metavar="JSON",
+        help="an 'autotune efficiency' record (efficiency.json) to include (repeatable)",
+    )
+    p.add_argument(
+        "--notes",
+        help="a markdown file appended to the page (targets, misses and what would close them)",
+    )
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("plot", help="PNG Pareto fronts of latency against peak memory")
+    p.add_argument("--gpu", default="cpu", help="profile whose studies to plot")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--case", help="one case")
+    g.add_argument("--all", action="store_true", help="every case (the default)")
+    add_storage(p)
+    p.add_argument("--table", help="table whose winners to mark (default tables/PROFILE.py)")
+    p.add_argument("--out", help="PNG path (default docs/pareto_PROFILE.png)")
+    p.set_defaults(func=cmd_plot)

@@ -1,0 +1,59 @@
+"""Shipping: ``autotune export`` writes the dispatch-table module from the studies."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from autotune.cli.common import add_gpu, add_storage, open_storage, selection
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from autotune.ship.export import ExportOptions, export_table
+
+    chosen = selection(args)
+    options = ExportOptions(
+        storage_url=args.storage,
+        out=Path(args.out or f"tables/{chosen.profile.name}.py"),
+        finalists=args.finalists,
+        max_memory_bytes=int(args.max_memory * 2**20) if args.max_memory else None,
+        fresh=args.fresh,
+        exclude_triton=args.exclude_triton,
+        verified=args.verified,
+    )
+    path, version, winners = export_table(
+        chosen, open_storage(args.storage), options, emit=lambda line: print(line, flush=True)
+    )
+    print(
+        f"wrote {path} (table version {version}, {len(winners)} entries, "
+        f"{sum(w.admitted for w in winners)} tuned)"
+    )
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("export", help="select winners and write the dispatch-table module")
+    add_gpu(p)
+    add_storage(p)
+    p.add_argument("--out", help="output path (default tables/PROFILE.py)")
+    p.add_argument("--finalists", type=int, default=3, help="Pareto finalists to re-measure")
+    p.add_argument(
+        "--verified",
+        metavar="JSON",
+        help="an 'autotune long --out' record: where the dense reference cannot run, a "
+        "winner whose plan it verified on the whole batch (5 seeds, same memory cap) is "
+        "not verified again",
+    )
+    p.add_argument("--max-memory", type=float, help="memory cap in MiB (default: profile's)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="ignore the table at --out (by default its entries are incumbents "
+        "that a challenger must beat by more than the noise)",
+    )
+    p.add_argument(
+        "--exclude-triton",
+        action="store_true",
+        help="only library plans (no project Triton kernels): a baseline table",
+    )
+    p.set_defaults(func=cmd_export)

@@ -1,0 +1,234 @@
+"""The trial record: what a study and its trials hold in Optuna storage, and the only
+module that reads or writes it.
+
+A study is named ``PROFILE|CASE-KEY|SPACE-HASH`` and carries user attributes naming its
+case, space, environment, sampler and reference. A trial carries its plan (and hash), the
+outcome as JSON, the seconds it cost and, for a plan seen before, the trial it repeats.
+Two objectives (relative latency, peak MiB) and two constraints (correctness, predicted
+memory over the capacity) make a trial feasible when both constraints are <= 0; the
+Pareto set is Optuna's own ``study.best_trials``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune.core.cases import Case, get_case, parse_custom
+from autotune.core.outcome import Outcome, OutcomeKind
+from autotune.plan import Plan
+
+OBJECTIVES = ("relative_latency", "peak_memory_mib")
+CONSTRAINTS = ("correctness", "memory")
+PENALTY_LATENCY = 100.0  # relative latency recorded for plans that did not pass
+FINISHED = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+
+# Trial user attributes.
+PLAN = "plan"
+PLAN_HASH = "plan_hash"
+OUTCOME = "outcome"
+OUTCOME_KIND = "outcome_kind"
+SECONDS = "seconds"
+DUPLICATE_OF = "duplicate_of"
+ENQUEUED = "enqueued"
+WARM_START = "warm_start"
+
+
+# --- study names and attributes ------------------------------------------------------
+def study_name(profile: str, case: Case, space: Any) -> str:
+    """Deterministic: the same profile, case shape and space content give the same name."""
+    return f"{profile}|{case.key}|{space.name}-{space.content_hash}"
+
+
+def profile_of(name: str) -> str:
+    """The profile a study name belongs to."""
+    return name.split("|", 1)[0]
+
+
+def study_attrs(
+    case: Case, space: Any, environment: dict[str, Any], sampler: str, reference: str, seed: Any
+) -> dict[str, Any]:
+    return {
+        "case": case.as_dict(),
+        "case_key": str(case.key),
+        "space": {"name": space.name, "hash": space.content_hash, "source": space.source},
+        "environment": environment,
+        "sampler": sampler,
+        "reference": reference,
+        "seed": seed,
+    }
+
+
+def case_id_of(study: optuna.Study) -> str:
+    return str(study.user_attrs.get("case", {}).get("id", study.study_name))
+
+
+def case_key_of(study: optuna.Study) -> str:
+    return str(study.user_attrs.get("case_key", study.study_name))
+
+
+def space_hash_of(study: optuna.Study) -> str:
+    return str(study.user_attrs.get("space", {}).get("hash", ""))
+
+
+def case_of(study: optuna.Study) -> Case:
+    """The case a study tuned: the registered one of that id when its shape matches, else
+    the custom shape the study recorded."""
+    data = study.user_attrs["case"]
+    try:
+        case = get_case(data["id"])
+    except ValueError:
+        case = None
+    if case is None or case.config.as_dict() != data["config"]:
+        cfg = data["config"]
+        case = parse_custom(
+            f"{cfg['batch_size']},{cfg['seq_len']},{cfg['d_model']},{cfg['num_heads']},"
+            f"{cfg['ffn_dim']},{cfg['num_layers']},"
+            f"{'causal' if cfg['causal'] else 'noncausal'}"
+        )
+    return case
+
+
+def studies_by_case(storage: Any, profile: str) -> dict[str, optuna.Study]:
+    """One study per case key of a profile: the one with the most finished trials."""
+    best: dict[str, tuple[int, optuna.Study]] = {}
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        name = summary.study_name
+        if profile_of(name) != profile:
+            continue
+        study = optuna.load_study(study_name=name, storage=storage)
+        key = case_key_of(study)
+        n = len(study.get_trials(deepcopy=False, states=FINISHED))
+        if key not in best or n > best[key][0]:
+            best[key] = (n, study)
+    return {k: v[1] for k, v in sorted(best.items())}
+
+
+def study_names(storage: Any) -> list[str]:
+    return [s.study_name for s in optuna.get_all_study_summaries(storage)]
+
+
+# --- trials --------------------------------------------------------------------------
+def record_outcome(trial: optuna.Trial, plan: Plan, outcome: Outcome, capacity: int) -> list[float]:
+    """Store the outcome on the trial, set the constraints, return the objective values."""
+    trial.set_user_attr(PLAN, plan.to_dict())
+    trial.set_user_attr(PLAN_HASH, plan.hash)
+    trial.set_user_attr(OUTCOME_KIND, outcome.kind.value)
+    trial.set_user_attr(OUTCOME, outcome.to_json())
+    trial.set_user_attr(SECONDS, round(sum(outcome.phase_seconds.values()), 3))
+    trial.set_constraint("correctness", float(outcome.violation))
+    predicted = outcome.predicted_memory_bytes or 0
+    trial.set_constraint("memory", (predicted - capacity) / capacity if capacity else 0.0)
+    peak = outcome.peak_memory_bytes or predicted
+    if outcome.passed and outcome.timing is not None:
+        latency = outcome.timing.cand_median_ms / outcome.timing.ref_median_ms
+        return [latency, peak / 2**20]
+    return [PENALTY_LATENCY, peak / 2**20]
+
+
+def mark_duplicate(trial: optuna.Trial, prior: FrozenTrial) -> Outcome:
+    """The trial repeats an earlier plan: its outcome is reused, not re-run."""
+    trial.set_user_attr(DUPLICATE_OF, prior.number)
+    return Outcome.from_json(prior.user_attrs[OUTCOME])
+
+
+def enqueue_attrs(source: str = "") -> dict[str, Any]:
+    return {ENQUEUED: True} | ({WARM_START: source} if source else {})
+
+
+def trial_outcome(trial: FrozenTrial) -> Outcome | None:
+    data = trial.user_attrs.get(OUTCOME)
+    return Outcome.from_json(data) if data else None
+
+
+def trial_plan(trial: FrozenTrial) -> Plan | None:
+    data = trial.user_attrs.get(PLAN)
+    return Plan.from_dict(data) if data else None
+
+
+def trial_plan_hash(trial: FrozenTrial) -> str | None:
+    return trial.user_attrs.get(PLAN_HASH)
+
+
+def trial_kind(trial: FrozenTrial) -> str:
+    return str(trial.user_attrs.get(OUTCOME_KIND, "?"))
+
+
+def trial_seconds(trial: FrozenTrial) -> float | None:
+    return trial.user_attrs.get(SECONDS)
+
+
+def is_feasible(trial: FrozenTrial) -> bool:
+    return (
+        trial.state == TrialState.COMPLETE
+        and trial.user_attrs.get(OUTCOME_KIND) == OutcomeKind.PASSED.value
+        and all(v <= 0 for v in trial.constraints.values())
+    )
+
+
+def speedup_of(trial: FrozenTrial) -> float | None:
+    """A feasible trial's speedup over the reference (None otherwise)."""
+    return 1.0 / trial.values[0] if is_feasible(trial) else None
+
+
+def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
+    """The feasible trials no other feasible trial beats on both latency and memory
+    (Optuna's ``best_trials``, constraints included), fastest first."""
+    front = [t for t in study.best_trials if is_feasible(t)]
+    return sorted(front, key=_latency_order)
+
+
+def feasible_by_latency(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    return sorted((t for t in trials if is_feasible(t)), key=_latency_order)
+
+
+def _latency_order(t: FrozenTrial) -> tuple[float, float, int]:
+    return (t.values[0], t.values[1], t.number)
+
+
+def completed_trials(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def find_prior(study: optuna.Study, plan_hash: str, number: int) -> FrozenTrial | None:
+    """An earlier finished trial of the same plan: its outcome is reused, not re-run."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if (
+            t.number != number
+            and t.user_attrs.get(PLAN_HASH) == plan_hash
+            and OUTCOME in t.user_attrs
+        ):
+            return t
+    return None
+
+
+# --- storage -------------------------------------------------------------------------
+def open_storage(
+    url: str, heartbeat_interval: int | None = 10, grace_period: int | None = 30
+) -> optuna.storages.RDBStorage:
+    """Optuna's RDB storage with heartbeats (a dead worker's trial is failed and retried);
+    a URL that cannot be opened is a clear error."""
+    import sqlalchemy.exc
+
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        timeout = float(os.environ.get("AUTOTUNE_SQLITE_TIMEOUT", "30"))
+        engine_kwargs = {"connect_args": {"timeout": timeout}}
+    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            heartbeat_stale_trial_callback=retry if heartbeat_interval else None,
+        )
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"cannot open storage {url!r}: {first}; check the URL, that the "
+            "server runs, and that the file is a writable, intact database"
+        ) from exc

@@ -1,0 +1,103 @@
+"""What the kernel families share on the host and in the kernels: tile padding, the
+tile settings of an attention launch, input checks of q/k/v/out, and exact GELU.
+
+Imports triton (for the ``@triton.jit`` helper); import it only from kernel modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels._triton import INT32_MAX, next_power_of_2
+
+MIN_BLOCK = 16  # tl.dot needs every tile dimension >= 16
+_HALF_INPUTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def padded_dim(n: int) -> int:
+    """A tile dimension: ``n`` rounded up to a power of two, at least 16."""
+    return max(MIN_BLOCK, next_power_of_2(n))
+
+
+def padded_head_dim(head_dim: int) -> int:
+    """BLOCK_D: head_dim rounded up to a power of two, at least 16."""
+    return padded_dim(head_dim)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """The tile settings of an attention-style launch: query rows per program, keys per
+    inner step, warps per program, software pipeline stages."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def kwargs(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@triton.jit
+def gelu_exact(v):
+    """erf GELU (the reference's), on an fp32 tile."""
+    return 0.5 * v * (1.0 + tl.math.erf(v * 0.7071067811865476))
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, precision: str) -> None:
+    """q, k, v: tensors ``[B, S, H, head_dim]`` of one shape and dtype (fp32, or the half
+    operand type of ``precision``), last-dim stride 1."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)}; expected 4 dims [B, S, H, head_dim] "
+                "(view a [B, S, D] tensor as [B, S, H, D // H])"
+            )
+        half = _HALF_INPUTS.get(precision)
+        if t.dtype != torch.float32 and t.dtype != half:
+            allowed = "float32" + (f" or {half}" if half is not None else "")
+            raise ValueError(
+                f"{name} has dtype {t.dtype}; with precision={precision!r} pass {allowed} "
+                "(half inputs only when they are already the operand type)"
+            )
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype} but q has {q.dtype}; use one dtype")
+        if t.stride(-1) != 1:
+            raise ValueError(
+                f"{name} has last-dim stride {t.stride(-1)}; it must be 1 "
+                "(call .contiguous() on the projection output)"
+            )
+        if t.shape != q.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(t.shape)} but q has {tuple(q.shape)}; "
+                "q, k and v must have the same [B, S, H, head_dim]"
+            )
+
+
+def check_out(out: torch.Tensor, shape: torch.Size) -> None:
+    """The output: float32 of the queries' shape, last-dim stride 1."""
+    if out.shape != shape or out.dtype != torch.float32:
+        raise ValueError(
+            f"out has shape {tuple(out.shape)} and dtype {out.dtype}; expected float32 "
+            f"{tuple(shape)} (view a [B, S, D] buffer as [B, S, H, head_dim])"
+        )
+    if out.stride(-1) != 1:
+        raise ValueError(f"out has last-dim stride {out.stride(-1)}; it must be 1")
+
+
+def check_int32_offsets(tensors: dict[str, torch.Tensor], seq_len: int, head_dim: int) -> None:
+    """Offsets inside one (batch, head) slice are int32 in the kernels."""
+    for name, t in tensors.items():
+        span = (seq_len - 1) * t.stride(1) + head_dim
+        if span > INT32_MAX:
+            raise ValueError(
+                f"{name}: seq_len * stride(1) = {span} overflows int32 offsets; "
+                "split the sequence or use a tighter layout"
+            )
