@@ -341,9 +341,7 @@ class CandidateTransformer(ReferenceTransformer):
             last = i == len(weights) - 1
             nxt = self.final_norm if last else self.layers[i + 1].norm1
             # Padded rows are zeroed after every layer, and in the final norm's output.
-            x, h = norm.add_norm(
-                x, f, nxt.weight, nxt.bias, mask, zero_sum_rows=True, zero_out_rows=last
-            )
+            x, h = norm.add_norm(x, f, nxt.weight, nxt.bias, mask, zero_out=last)
         return h
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor, keep_half: bool = False) -> Tensor:

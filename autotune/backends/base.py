@@ -101,12 +101,11 @@ class NormBackend(Backend):
         delta: Tensor,
         weight: Tensor,
         bias: Tensor,
-        mask: Tensor | None = None,
-        zero_sum_rows: bool = False,
-        zero_out_rows: bool = False,
+        rows: Tensor | None = None,
+        zero_out: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """``x + delta`` (padded rows zeroed when asked) and its LayerNorm (padded rows
-        zeroed when asked)."""
+        """``x + delta`` and its LayerNorm; with ``rows`` (the token mask) the sum's padded
+        rows are zeroed, and with ``zero_out`` the normed output's too."""
         raise NotImplementedError
 
 

@@ -20,17 +20,16 @@ class TorchNorm(NormBackend):
         delta: Tensor,
         weight: Tensor,
         bias: Tensor,
-        mask: Tensor | None = None,
-        zero_sum_rows: bool = False,
-        zero_out_rows: bool = False,
+        rows: Tensor | None = None,
+        zero_out: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        keep = None if mask is None else ~mask.unsqueeze(-1)
+        padded = None if rows is None else ~rows.unsqueeze(-1)
         x = x + delta
-        if zero_sum_rows and keep is not None:
-            x = x.masked_fill(keep, 0.0)
+        if padded is not None:
+            x = x.masked_fill(padded, 0.0)
         h = F.layer_norm(x, (x.shape[-1],), weight, bias, LAYERNORM_EPS)
-        if zero_out_rows and keep is not None:
-            h = h.masked_fill(keep, 0.0)
+        if zero_out and padded is not None:
+            h = h.masked_fill(padded, 0.0)
         return x, h
 
 
@@ -47,20 +46,18 @@ class TritonNorm(NormBackend):
         delta: Tensor,
         weight: Tensor,
         bias: Tensor,
-        mask: Tensor | None = None,
-        zero_sum_rows: bool = False,
-        zero_out_rows: bool = False,
+        rows: Tensor | None = None,
+        zero_out: bool = False,
     ) -> tuple[Tensor, Tensor]:
         from kernels.layernorm import add_layernorm
 
-        zeroing = mask is not None and (zero_sum_rows or zero_out_rows)
         return add_layernorm(
             x,
             delta,
             weight,
             bias,
             eps=LAYERNORM_EPS,
-            row_mask=mask.reshape(-1) if zeroing and mask is not None else None,
-            zero_sum_rows=zeroing and zero_sum_rows,
-            zero_out_rows=zeroing and zero_out_rows,
+            row_mask=None if rows is None else rows.reshape(-1),
+            zero_sum_rows=rows is not None,
+            zero_out_rows=rows is not None and zero_out,
         )
