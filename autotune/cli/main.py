@@ -53,6 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:
-        print(f"autotune {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        kept = getattr(exc, "kept", None)
+        print(
+            f"autotune {args.command}: interrupted"
+            + (
+                f"; {kept} trials kept; rerun the same command to resume"
+                if kept is not None
+                else ""
+            ),
+            file=sys.stderr,
+        )
         return 130

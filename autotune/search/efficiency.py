@@ -375,16 +375,16 @@ def run_efficiency(
             "space_hash": space.content_hash,
             "device": selection.device.name,
         }
-        evaluate, close = make_evaluator(
+        evaluator = make_evaluator(
             selection, case, STUDY_TIMING, options.isolate, options.trial_timeout
         )
         deadline = time.monotonic() + options.timeout if options.timeout else None
         try:
             measured, complete = measure_space(
-                space, evaluate, cache, header, deadline=deadline, log=emit
+                space, evaluator.evaluate, cache, header, deadline=deadline, log=emit
             )
         finally:
-            close()
+            evaluator.close()
         if not complete:
             emit("measurement incomplete: run the same command again to resume")
             return False, None

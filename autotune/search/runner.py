@@ -10,13 +10,15 @@ runner, or in the calling process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -31,7 +33,9 @@ Evaluator = Callable[[Plan, int], Outcome]
 
 # --- the runner (child process) ------------------------------------------------------
 def _runner_main(conn: Connection, setup: dict[str, Any]) -> None:
-    """Child: build the case bench once, then evaluate plans until told to stop."""
+    """Child: build the case bench once, then evaluate plans until told to stop. Ctrl-C
+    is the parent's to handle (it kills this process if it must): ignored here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for key, value in setup.get("env", {}).items():
         os.environ[key] = value
     from autotune.core.cases import Case
@@ -79,6 +83,18 @@ def _runner_main(conn: Connection, setup: dict[str, Any]) -> None:
             conn.send(("error", traceback.format_exc()[-2000:]))
 
 
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @dataclasses.dataclass
 class TrialRunner:
     """The parent side of a runner: start, evaluate with a time limit, replace on death."""
@@ -93,7 +109,8 @@ class TrialRunner:
     def _start(self) -> None:
         parent, child = CTX.Pipe()
         self.process = CTX.Process(target=_runner_main, args=(child, self.setup), daemon=True)
-        self.process.start()
+        with _sigint_ignored():  # inherited: a Ctrl-C during the child's start-up is ignored
+            self.process.start()
         child.close()
         self.conn = parent
         if not parent.poll(self.setup_timeout):
@@ -157,6 +174,12 @@ class TrialRunner:
             return Outcome(OutcomeKind.RUNTIME_ERROR, f"harness error: {payload}")
         return Outcome.from_json(payload)
 
+    def stop_now(self) -> None:
+        """Kill the child at once (safe in a signal handler): the request in flight ends."""
+        if self.process is not None and self.process.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.process.pid, signal.SIGKILL)
+
     def close(self) -> None:
         if self.conn is not None and self.process is not None and self.process.is_alive():
             try:
@@ -167,6 +190,16 @@ class TrialRunner:
         self._kill()
 
 
+@dataclasses.dataclass(frozen=True)
+class TrialEvaluator:
+    """How a study evaluates its trials: ``evaluate(plan, trial number)``, ``close()`` when
+    done, and ``interrupt()`` (from a signal handler) to stop the trial in flight at once."""
+
+    evaluate: Evaluator
+    close: Callable[[], None]
+    interrupt: Callable[[], None]
+
+
 def make_evaluator(
     selection: ProfileSelection,
     case: Any,
@@ -174,9 +207,8 @@ def make_evaluator(
     isolate: bool,
     trial_timeout: float,
     oracle_batch: int = 1,
-) -> tuple[Evaluator, Callable[[], None]]:
-    """Evaluate in an isolated runner process, or in this process (``isolate=False``);
-    returns the evaluator and the function that releases it."""
+) -> TrialEvaluator:
+    """Evaluate in an isolated runner process, or in this process (``isolate=False``)."""
     from autotune.evaluate import evaluate_plan, fault_for_trial
 
     if isolate:
@@ -195,7 +227,7 @@ def make_evaluator(
         def run_isolated(plan: Plan, number: int) -> Outcome:
             return runner.evaluate(plan.to_dict(), timing_data, fault_for_trial(number))
 
-        return run_isolated, runner.close
+        return TrialEvaluator(run_isolated, runner.close, runner.stop_now)
     from autotune.judge.gate import CaseBench
 
     bench = CaseBench(case, selection.effective_device(), oracle_batch=oracle_batch)
@@ -209,4 +241,7 @@ def make_evaluator(
             fault=fault_for_trial(number),
         )
 
-    return run_here, bench.release
+    def raise_here() -> None:
+        raise KeyboardInterrupt
+
+    return TrialEvaluator(run_here, bench.release, raise_here)

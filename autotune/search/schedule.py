@@ -9,6 +9,7 @@ from typing import Any
 
 from autotune.core.cases import Case
 from autotune.core.profiles import ProfileSelection
+from autotune.search.interrupt import Interrupted
 from autotune.search.space import SearchSpace
 from autotune.search.study import (
     StudyOptions,
@@ -49,7 +50,24 @@ def run_studies(
     """Run (or resume) each case's study in order; ``options.timeout`` is shared by the
     cases left, weighted by regime. Returns what each finished study holds."""
     deadline = time.monotonic() + options.timeout if options.timeout else None
-    summaries = []
+    summaries: list[StudySummary] = []
+    try:
+        _run_each(selection, cases, options, storage, deadline, summaries, progress, emit)
+    except Interrupted as stop:  # the trials of the cases finished before count too
+        raise Interrupted(stop.kept + sum(s.new_trials for s in summaries)) from None
+    return summaries
+
+
+def _run_each(
+    selection: ProfileSelection,
+    cases: list[tuple[Case, SearchSpace]],
+    options: StudyOptions,
+    storage: Any,
+    deadline: float | None,
+    summaries: list[StudySummary],
+    progress: ProgressFactory | None,
+    emit: Callable[[str], None],
+) -> None:
     for i, (case, space) in enumerate(cases):
         timeout = None
         if deadline is not None:
@@ -63,7 +81,9 @@ def run_studies(
         if options.workers > 1:
             from autotune.search.workers import run_case_with_workers
 
-            summaries.append(run_case_with_workers(selection, case, space, storage, options, warm))
+            summaries.append(
+                run_case_with_workers(selection, case, space, storage, options, warm, progress)
+            )
             continue
         show, close = progress(case) if progress is not None else (None, lambda: None)
         try:
@@ -85,4 +105,3 @@ def run_studies(
         finally:
             close()
         summaries.append(summary)
-    return summaries

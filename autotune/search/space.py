@@ -10,7 +10,7 @@ import itertools
 import json
 import os
 import pkgutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,6 +18,8 @@ from autotune.core.cases import Case
 from autotune.plan import KNOBS_BY_NAME, REFERENCE_PLAN, Plan
 
 SPACES_ENV = "AUTOTUNE_SPACES"
+# 2: variant parameters are asked knob by knob, with knob values (1: one label per variant).
+PARAM_ENCODING = 2
 
 
 class Suggester(Protocol):
@@ -40,6 +42,67 @@ class Param:
         if self.variants is None:
             return {self.name: choice}
         return dict(self.variants[self.choices.index(choice)])
+
+    # A variant parameter is asked as knob values, one knob at a time (define-by-run):
+    # the knob that tells the remaining variants apart, named after the choices made so far
+    # ("attention", then "attn_precision (attention=triton)", ...), so every Optuna
+    # parameter has one fixed set of values and each value is a knob value.
+    def suggest_variant(self, trial: Suggester) -> dict[str, Any]:
+        return self._walk(lambda name, knob, values: trial.suggest_categorical(name, values))
+
+    def variant_params(self, plan: Plan) -> dict[str, Any]:
+        """The parameter values that make ``suggest_variant`` pick the plan's variant."""
+        asked: dict[str, Any] = {}
+
+        def answer(name: str, knob: str, values: list[Any]) -> Any:
+            value = getattr(plan, knob)
+            if value not in values:
+                raise ValueError(
+                    f"plan {plan.describe()!r}: {knob}={value!r} matches no variant of "
+                    f"{self.name!r} (values {values})"
+                )
+            asked[name] = value
+            return value
+
+        leaf = self._walk(answer)
+        if any(getattr(plan, k) != v for k, v in leaf.items()):
+            raise ValueError(
+                f"plan {plan.describe()!r} matches no variant of {self.name!r} in its space"
+            )
+        return asked
+
+    def _walk(self, ask: Callable[[str, str, list[Any]], Any]) -> dict[str, Any]:
+        assert self.variants is not None
+        remaining = list(self.variants)
+        path: list[str] = []
+        while len(remaining) > 1:
+            knob = next(k for k in self._variant_knobs() if len(_values(remaining, k)) > 1)
+            name = knob if not path else f"{knob} ({', '.join(path)})"
+            value = ask(name, knob, _values(remaining, knob))
+            path.append(f"{knob}={value}")
+            remaining = [v for v in remaining if v.get(knob, _default(knob)) == value]
+        return dict(remaining[0])
+
+    def _variant_knobs(self) -> list[str]:
+        assert self.variants is not None
+        knobs = [self.name] if any(self.name in v for v in self.variants) else []
+        for v in self.variants:
+            knobs += [k for k in v if k not in knobs]
+        return knobs
+
+
+def _values(variants: list[Mapping[str, Any]], knob: str) -> list[Any]:
+    return list(dict.fromkeys(v.get(knob, _default(knob)) for v in variants))
+
+
+class _Answers:
+    """A Suggester that answers from recorded parameter values (replaying a plan)."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self.values = values
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        return self.values[name]
 
 
 def _default(knob: str) -> Any:
@@ -83,6 +146,9 @@ class SearchSpace:
         for param in self.params:
             if not param.applies(chosen):
                 continue
+            if param.variants is not None:
+                chosen.update(param.suggest_variant(trial))
+                continue
             choice = trial.suggest_categorical(param.name, list(param.choices))
             chosen.update(param.knob_values(choice))
         return Plan.from_dict(chosen)
@@ -94,25 +160,16 @@ class SearchSpace:
         for param in self.params:
             if not param.applies(chosen):
                 continue
-            if param.variants is None:
-                choice = getattr(plan, param.name)
-                if choice not in param.choices:
-                    raise ValueError(
-                        f"plan {plan.describe()!r}: {param.name}={choice!r} is outside space "
-                        f"{self.name!r} (choices {list(param.choices)})"
-                    )
-            else:
-                matching = [
-                    label
-                    for label, variant in zip(param.choices, param.variants, strict=True)
-                    if all(getattr(plan, k) == v for k, v in variant.items())
-                ]
-                if not matching:
-                    raise ValueError(
-                        f"plan {plan.describe()!r} matches no variant of {param.name!r} in "
-                        f"space {self.name!r}"
-                    )
-                choice = matching[0]
+            if param.variants is not None:
+                values.update(param.variant_params(plan))
+                chosen.update(param.suggest_variant(_Answers(values)))
+                continue
+            choice = getattr(plan, param.name)
+            if choice not in param.choices:
+                raise ValueError(
+                    f"plan {plan.describe()!r}: {param.name}={choice!r} is outside space "
+                    f"{self.name!r} (choices {list(param.choices)})"
+                )
             values[param.name] = choice
             chosen.update(param.knob_values(choice))
         return values
@@ -197,7 +254,9 @@ def parse_space(data: Mapping[str, Any], source: str) -> SearchSpace:
         restrictions.append(
             {k: _as_tuple(v, f"{where} restriction {k}") for k, v in forbid.items()}
         )
-    canonical = json.dumps(data, sort_keys=True, default=str)
+    # The hash names the study: it covers the space's data and how its parameters are
+    # asked (PARAM_ENCODING), since a study cannot change its parameters' values.
+    canonical = json.dumps({"space": data, "encoding": PARAM_ENCODING}, sort_keys=True, default=str)
     space = SearchSpace(
         name=data["name"],
         profiles=_as_tuple(data.get("profiles", ["*"]), f"{where} profiles"),

@@ -26,7 +26,8 @@ from autotune.core.profiles import ProfileSelection
 from autotune.measure import STUDY_TIMING, TimingSettings, predict_peak_bytes
 from autotune.plan import REFERENCE_PLAN, Plan
 from autotune.search import trials
-from autotune.search.runner import Evaluator, make_evaluator
+from autotune.search.interrupt import Interrupted, InterruptGuard
+from autotune.search.runner import TrialEvaluator, make_evaluator
 from autotune.search.space import SearchSpace
 
 SAMPLERS = ("tpe", "nsga2", "gp", "random", "grid")
@@ -192,26 +193,43 @@ class StudySummary:
     seconds: float
 
 
+@dataclasses.dataclass
+class RunState:
+    """What one process's run of a study shares with its objective."""
+
+    n_trials: int
+    guard: InterruptGuard
+    stop: bool = False  # the study is full (a surplus trial was met)
+    in_flight: int | None = None  # the storage id of the trial being evaluated
+
+
 def make_objective(
     study: optuna.Study,
     case: Case,
     space: SearchSpace,
     capacity: int,
-    evaluate: Evaluator,
+    evaluator: TrialEvaluator,
+    run: RunState,
     kill_at: int | None = None,
 ) -> Callable[[optuna.Trial], list[float]]:
-    """The trial: sample a plan; reuse the outcome of an identical earlier plan (so a plan
-    that crashed or hung is never run again); refuse space restrictions unrun; else
-    evaluate; store everything and set the constraints."""
+    """The trial: sample a plan and claim it (``trials.claim``: a surplus trial is pruned
+    and ends this process's run; a plan measured before, here or by another process, has
+    its outcome reused, so a plan that crashed or hung is never run again); refuse space
+    restrictions unrun; else evaluate; store everything and set the constraints. Ctrl-C
+    stops the evaluation in flight and fails the trial (``autotune.search.interrupt``)."""
     count = [0]
 
     def objective(trial: optuna.Trial) -> list[float]:
         count[0] += 1
+        run.in_flight = trial._trial_id
         plan = space.sample(trial)
+        verdict, prior = trials.claim(study, trial, plan.hash, run.n_trials)
+        if verdict == trials.SURPLUS:
+            run.stop = True
+            raise optuna.TrialPruned(f"surplus: the study has {run.n_trials} complete trials")
         if kill_at is not None and count[0] == kill_at:
             time.sleep(2.5)  # test hook: a worker dies mid-trial, after its first heartbeats
             os.kill(os.getpid(), signal.SIGKILL)
-        prior = trials.find_prior(study, plan.hash, trial.number)
         if prior is not None:
             outcome = trials.mark_duplicate(trial, prior)
         elif (reason := space.violated(plan)) is not None:
@@ -221,10 +239,62 @@ def make_objective(
                 predicted_memory_bytes=predict_peak_bytes(plan, case.config),
             )
         else:
-            outcome = evaluate(plan, trial.number)
+            run.guard.on_signal = evaluator.interrupt
+            try:
+                outcome = evaluator.evaluate(plan, trial.number)
+            except KeyboardInterrupt:  # raised by the handler inside an in-process trial
+                trials.mark_interrupted(trial)
+                _quiet_optuna()
+                raise
+            finally:
+                run.guard.on_signal = None
+        if run.guard.requested:  # the outcome of an interrupted evaluation is not kept
+            trials.mark_interrupted(trial)
+            _quiet_optuna()  # the run ends here: one line from the CLI, no trial traceback
+            raise KeyboardInterrupt
         return trials.record_outcome(trial, plan, outcome, capacity)
 
     return objective
+
+
+def _quiet_optuna() -> None:
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def optimize(
+    study: optuna.Study,
+    objective: Callable[[optuna.Trial], list[float]],
+    run: RunState,
+    *,
+    max_trials: int,
+    timeout: float | None = None,
+    callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] | None = None,
+) -> None:
+    """``study.optimize`` until the study has ``run.n_trials`` complete trials, the time is
+    up, the study is full, or Ctrl-C (then the trial in flight is failed, and enqueued
+    again for the next run: the caller raises ``Interrupted``)."""
+
+    def stop_when_done(study: optuna.Study, trial: FrozenTrial) -> None:
+        if run.stop or run.guard.requested or trials.completed_trials(study) >= run.n_trials:
+            study.stop()
+
+    try:
+        study.optimize(
+            objective,
+            n_trials=max_trials,
+            timeout=timeout,
+            callbacks=[*(callbacks or []), stop_when_done],
+            catch=(Exception,),
+            gc_after_trial=False,
+        )
+    except KeyboardInterrupt:
+        if not run.guard.requested:
+            run.guard.requested = True  # a second Ctrl-C, or one outside the guard
+    finally:
+        if run.guard.requested:
+            trials.close_interrupted(study, run.in_flight)
+            trials.retry_interrupted(study)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def open_study(
@@ -279,7 +349,8 @@ def run_case_study(
     warm: list[tuple[Plan, str]] | None = None,
     oracle_batch: int = 1,
 ) -> StudySummary:
-    """Run (or resume) one case's study until it has ``n_trials`` completed trials."""
+    """Run (or resume) one case's study until it has ``n_trials`` completed trials (in
+    total, whatever other processes share the study). Ctrl-C raises ``Interrupted``."""
     study = open_study(selection, case, space, storage, sampler, seed, warm)
     done_before = trials.completed_trials(study)
     remaining = n_trials - done_before
@@ -291,27 +362,32 @@ def run_case_study(
             state.best_speedup = max(state.best_speedup, 1.0 / t.values[0])
     if remaining <= 0:
         return summarise_study(study, case, 0, start)
-    evaluate, close = make_evaluator(selection, case, timing, isolate, trial_timeout, oracle_batch)
-    objective = make_objective(study, case, space, selection.capacity_bytes, evaluate)
 
     def callback(study: optuna.Study, trial: FrozenTrial) -> None:
         state.update(trial)
         if progress is not None:
             progress(state)
 
-    stop = optuna.study.MaxTrialsCallback(n_trials, states=(TrialState.COMPLETE,))
-    try:
-        study.optimize(
-            objective,
-            n_trials=remaining,
-            timeout=timeout,
-            callbacks=[callback, stop],
-            catch=(Exception,),
-            gc_after_trial=False,
-        )
-    finally:
-        close()
-    return summarise_study(study, case, trials.completed_trials(study) - done_before, start)
+    with InterruptGuard() as guard:
+        run = RunState(n_trials, guard)
+        evaluator = make_evaluator(selection, case, timing, isolate, trial_timeout, oracle_batch)
+        objective = make_objective(study, case, space, selection.capacity_bytes, evaluator, run)
+        try:
+            # Trials that fail in the harness are not complete: allow a few beyond the rest.
+            optimize(
+                study,
+                objective,
+                run,
+                max_trials=2 * remaining + 2,
+                timeout=timeout,
+                callbacks=[callback],
+            )
+        finally:
+            evaluator.close()
+    new = trials.completed_trials(study) - done_before
+    if guard.requested:
+        raise Interrupted(new)
+    return summarise_study(study, case, new, start)
 
 
 def summarise_study(study: optuna.Study, case: Case, new: int, start: float) -> StudySummary:

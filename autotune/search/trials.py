@@ -12,6 +12,8 @@ Pareto set is Optuna's own ``study.best_trials``.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -35,6 +37,10 @@ SECONDS = "seconds"
 DUPLICATE_OF = "duplicate_of"
 ENQUEUED = "enqueued"
 WARM_START = "warm_start"
+FAIL_REASON = "fail_reason"
+RETRY_OF = "retry_of"
+SURPLUS = "surplus"
+INTERRUPTED = "interrupted (Ctrl-C): rerun the same command to resume"
 
 
 # --- study names and attributes ------------------------------------------------------
@@ -68,6 +74,11 @@ def case_id_of(study: optuna.Study) -> str:
 
 def case_key_of(study: optuna.Study) -> str:
     return str(study.user_attrs.get("case_key", study.study_name))
+
+
+def measured_memory(study: optuna.Study) -> bool:
+    """Whether the study's peak memory was measured (CUDA), not only predicted (CPU)."""
+    return study.user_attrs.get("environment", {}).get("device", {}).get("type") == "cuda"
 
 
 def space_hash_of(study: optuna.Study) -> str:
@@ -119,9 +130,13 @@ def record_outcome(trial: optuna.Trial, plan: Plan, outcome: Outcome, capacity: 
     trial.set_user_attr(OUTCOME_KIND, outcome.kind.value)
     trial.set_user_attr(OUTCOME, outcome.to_json())
     trial.set_user_attr(SECONDS, round(sum(outcome.phase_seconds.values()), 3))
-    trial.set_constraint("correctness", float(outcome.violation))
+    correctness = float(outcome.violation)
     predicted = outcome.predicted_memory_bytes or 0
-    trial.set_constraint("memory", (predicted - capacity) / capacity if capacity else 0.0)
+    memory = (predicted - capacity) / capacity if capacity else 0.0
+    trial.set_constraint("correctness", correctness)
+    trial.set_constraint("memory", memory)
+    # Also where ``constraints_func`` stores them, the list that optuna-dashboard reads.
+    trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [correctness, memory])
     peak = outcome.peak_memory_bytes or predicted
     if outcome.passed and outcome.timing is not None:
         latency = outcome.timing.cand_median_ms / outcome.timing.ref_median_ms
@@ -205,6 +220,96 @@ def find_prior(study: optuna.Study, plan_hash: str, number: int) -> FrozenTrial 
     return None
 
 
+def mark_interrupted(trial: optuna.Trial) -> None:
+    trial.set_user_attr(FAIL_REASON, INTERRUPTED)
+
+
+def close_interrupted(study: optuna.Study, trial_id: int | None) -> None:
+    """The trial this process had in flight, if Ctrl-C left it RUNNING: FAIL, with why."""
+    if trial_id is None:
+        return
+    storage = study._storage
+    if storage.get_trial(trial_id).state == TrialState.RUNNING:
+        storage.set_trial_user_attr(trial_id, FAIL_REASON, INTERRUPTED)
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+
+
+def retry_interrupted(study: optuna.Study) -> int:
+    """Enqueue again every interrupted trial not yet retried (its plan, its origin), so a
+    resumed study measures it; returns how many were enqueued."""
+    done = study.get_trials(deepcopy=False)
+    retried = {t.user_attrs.get(RETRY_OF) for t in done}
+    n = 0
+    for t in done:
+        if (
+            t.state == TrialState.FAIL
+            and t.user_attrs.get(FAIL_REASON) == INTERRUPTED
+            and t.number not in retried
+            and t.params
+        ):
+            attrs = {k: v for k, v in t.user_attrs.items() if k in (ENQUEUED, WARM_START)}
+            study.enqueue_trial(t.params, user_attrs=attrs | {RETRY_OF: t.number})
+            n += 1
+    return n
+
+
+# --- claims: how many trials, and who measures a plan ----------------------------------
+def claim(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    plan_hash: str,
+    n_trials: int,
+    *,
+    poll: float = 0.2,
+    wait: Callable[[float], None] = time.sleep,
+) -> tuple[str, FrozenTrial | None]:
+    """Before a trial measures anything: whether it may run, and whether its plan is
+    already measured, among every process sharing the study (any storage).
+
+    The trial records its plan hash first (its claim). Trials are numbered atomically by
+    the storage and start in number order (Optuna hands out enqueued trials lowest number
+    first, and creates new ones only when none wait), so a lower number has priority: a
+    trial waits until every lower-numbered running trial has made its claim; it is
+    ``"surplus"`` when the study already has ``n_trials`` complete trials, and waits while
+    complete plus lower running trials reach ``n_trials`` (one of them may still fail); it
+    is ``"duplicate"`` of the first complete trial of the same plan (returned), waits while
+    a lower running trial measures that plan, and is otherwise ``"measure"``. Waits end
+    because a running trial finishes or fails (a dead process's trial goes stale on its
+    heartbeat). The one order the storage does not guarantee: a trial enqueued again by
+    one process while another creates a new one may start after it."""
+    trial.set_user_attr(PLAN_HASH, plan_hash)
+    me = trial.number
+    while True:
+        live = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
+        ahead = [t for t in live if t.state == TrialState.RUNNING and t.number < me]
+        if any(PLAN_HASH not in t.user_attrs for t in ahead):
+            wait(poll)  # a lower trial has not claimed its plan yet (milliseconds)
+            continue
+        complete = sum(1 for t in live if t.state == TrialState.COMPLETE)
+        if complete >= n_trials:
+            return SURPLUS, None
+        if complete + len(ahead) >= n_trials:
+            _wait_stale(study, wait, poll)
+            continue
+        measured = [
+            t
+            for t in live
+            if t.state == TrialState.COMPLETE
+            and t.user_attrs.get(PLAN_HASH) == plan_hash
+            and OUTCOME in t.user_attrs
+        ]
+        if measured:
+            return "duplicate", min(measured, key=lambda t: t.number)
+        if not any(t.user_attrs.get(PLAN_HASH) == plan_hash for t in ahead):
+            return "measure", None
+        _wait_stale(study, wait, poll)  # a lower trial is measuring this plan
+
+
+def _wait_stale(study: optuna.Study, wait: Callable[[float], None], poll: float) -> None:
+    wait(max(poll, 0.5))
+    optuna.storages.fail_stale_trials(study)
+
+
 # --- storage -------------------------------------------------------------------------
 def open_storage(
     url: str, heartbeat_interval: int | None = 10, grace_period: int | None = 30
@@ -218,17 +323,32 @@ def open_storage(
         timeout = float(os.environ.get("AUTOTUNE_SQLITE_TIMEOUT", "30"))
         engine_kwargs = {"connect_args": {"timeout": timeout}}
     retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
-    try:
-        return optuna.storages.RDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            heartbeat_interval=heartbeat_interval,
-            grace_period=grace_period,
-            heartbeat_stale_trial_callback=retry if heartbeat_interval else None,
-        )
-    except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(
-            f"cannot open storage {url!r}: {first}; check the URL, that the "
-            "server runs, and that the file is a writable, intact database"
-        ) from exc
+    for attempt in range(4):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=engine_kwargs,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+                heartbeat_stale_trial_callback=retry if heartbeat_interval else None,
+            )
+        except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as exc:
+            # Processes that open a new database together race to create its schema:
+            # the loser finds the tables made by the winner when it tries again.
+            text = str(exc).lower()
+            racing = isinstance(exc, sqlalchemy.exc.IntegrityError) or any(
+                s in text for s in ("already exists", "duplicate key")
+            )
+            if racing and attempt < 3:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            raise _storage_error(url, exc) from exc
+    raise AssertionError("unreachable")
+
+
+def _storage_error(url: str, exc: Exception) -> ValueError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ValueError(
+        f"cannot open storage {url!r}: {first}; check the URL, that the "
+        "server runs, and that the file is a writable, intact database"
+    )

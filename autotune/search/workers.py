@@ -11,15 +11,21 @@ a PostgreSQL URL. Each worker evaluates its trials through an isolated runner
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
+import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from autotune.search import trials
+from autotune.search.interrupt import Interrupted, InterruptGuard
 from autotune.search.runner import CTX
 
 KILL_WORKER_ENV = "AUTOTUNE_KILL_WORKER"  # tests only: "W@N" kills worker W in its N-th trial
+INTERRUPTED_EXIT = 130  # a worker ended by Ctrl-C (its trial failed and enqueued again)
 
 
 # --- workers on one host -------------------------------------------------------------
@@ -58,7 +64,7 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
     from autotune.measure import STUDY_TIMING
     from autotune.search.runner import make_evaluator
     from autotune.search.space import available_spaces, select_space
-    from autotune.search.study import make_objective, open_study
+    from autotune.search.study import RunState, make_objective, open_study, optimize
 
     selection = select_profile(job.profile, emulate=job.emulated)
     case = get_case(job.case_id)
@@ -70,92 +76,149 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
     if spec:
         who, _, at = spec.partition("@")
         kill_at = int(at) if who.isdigit() and int(who) == index and at.isdigit() else None
-    evaluate, close = make_evaluator(selection, case, STUDY_TIMING, job.isolate, job.trial_timeout)
-    objective = make_objective(study, case, space, selection.capacity_bytes, evaluate, kill_at)
-    try:
-        while True:
-            try:
-                tickets.get(timeout=1.0)
-            except queue.Empty:
-                return
-            in_flight[index] = 1
-            study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=False)
-            in_flight[index] = 0
-    finally:
-        close()
+    with InterruptGuard() as guard:
+        run = RunState(job.n_trials, guard)
+        evaluator = make_evaluator(selection, case, STUDY_TIMING, job.isolate, job.trial_timeout)
+        objective = make_objective(
+            study, case, space, selection.capacity_bytes, evaluator, run, kill_at
+        )
+        try:
+            while not (run.stop or guard.requested):
+                try:
+                    tickets.get(timeout=1.0)
+                except queue.Empty:
+                    return
+                in_flight[index] = 1
+                optimize(study, objective, run, max_trials=1)
+                in_flight[index] = 0
+        finally:
+            evaluator.close()
+    if guard.requested:
+        sys.exit(INTERRUPTED_EXIT)
 
 
-def run_workers(job: WorkerJob, workers: int, gpus: int, rounds: int = 4) -> None:
+def run_workers(
+    job: WorkerJob,
+    workers: int,
+    gpus: int,
+    rounds: int = 4,
+    progress: Callable[[int], None] | None = None,
+) -> None:
     """Start ``workers`` processes on one study; replace any that die; retry their trials.
 
-    Exactly ``n_trials - completed`` tickets are handed out, so the study ends with
-    ``n_trials`` completed trials; a ticket held by a worker that died is handed out again.
-    """
+    Exactly ``n_trials - completed`` tickets are handed out, and every trial claims its
+    slot in the storage (``trials.claim``), so the study ends with ``n_trials`` completed
+    trials; a ticket held by a worker that died is handed out again. ``progress`` sees the
+    study's completed trials about once a second. Ctrl-C: the workers fail and re-enqueue
+    their trials in flight, and ``Interrupted`` is raised here once they have exited."""
     import optuna
 
     storage = trials.open_storage(job.storage_url, job.heartbeat_interval, job.grace_period)
-    for _ in range(rounds):
-        study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
-        remaining = job.n_trials - trials.completed_trials(study)
-        if remaining <= 0:
-            return
-        tickets = CTX.Queue()
-        for _ in range(remaining):
-            tickets.put(1)
-        in_flight = CTX.Array("i", [0] * workers)
-        procs: dict[int, Any] = {}
+    live: dict[int, Any] = {}
 
-        for i in range(workers):
-            procs[i] = _spawn(i, job, tickets, in_flight, gpus)
-        replacements = 0
-        exit_codes: list[int] = []
-        done_before = trials.completed_trials(study)
-        owed = 0  # tickets of workers that died mid-trial
-        died_at = 0.0
-        stale_after = job.grace_period + job.heartbeat_interval + 1
-        while procs or owed:
-            for i, p in list(procs.items()):
-                p.join(timeout=0.2)
-                if p.exitcode is None:
-                    continue
-                del procs[i]
-                exit_codes.append(p.exitcode)
-                if p.exitcode != 0:
-                    if in_flight[i]:
-                        owed += 1
-                        in_flight[i] = 0
-                        died_at = time.monotonic()
-                    if replacements < 4 * workers:
-                        replacements += 1
-                        procs[i] = _spawn(i, job, tickets, in_flight, gpus)
-            if owed and time.monotonic() - died_at > stale_after:
-                # The dead worker's trial is RUNNING until its heartbeat is stale: fail it
-                # (the retry callback enqueues a copy), then hand its ticket out again so
-                # a worker runs the retried trial (a waiting trial is taken first).
-                study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
-                optuna.storages.fail_stale_trials(study)
-                for _ in range(owed):
-                    tickets.put(1)
-                owed = 0
-                if not procs:
-                    procs[0] = _spawn(0, job, tickets, in_flight, gpus)
-            elif not procs:
-                time.sleep(0.2)
+    def forward() -> None:  # a SIGINT sent to this process alone reaches the workers too
+        for proc in list(live.values()):
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(proc.pid, signal.SIGINT)
+
+    study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+    before = trials.completed_trials(study)
+    with InterruptGuard() as guard:
+        guard.on_signal = forward
+        for _ in range(rounds):
+            if guard.requested or _run_round(job, workers, gpus, storage, live, guard, progress):
+                break
+    if guard.requested:
         study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
-        if trials.completed_trials(study) == done_before and all(c != 0 for c in exit_codes):
-            raise RuntimeError(
-                f"{len(exit_codes)} worker processes exited without finishing a trial "
-                f"(exit codes {sorted(set(exit_codes))}); run with --workers 1 to see why"
-            )
-        # Trials of dead workers are RUNNING until their heartbeat goes stale: wait for
-        # the grace period, fail them (the retry callback re-enqueues each), go again.
-        study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
-        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        if trials.completed_trials(study) >= job.n_trials:
-            return
-        if running:
-            time.sleep(job.grace_period + job.heartbeat_interval)
+        raise Interrupted(trials.completed_trials(study) - before)
+
+
+def _run_round(
+    job: WorkerJob,
+    workers: int,
+    gpus: int,
+    storage: Any,
+    procs: dict[int, Any],
+    guard: InterruptGuard,
+    progress: Callable[[int], None] | None,
+) -> bool:
+    """One round of workers; True when the study is done (or nothing is left to try)."""
+    import optuna
+
+    study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+    remaining = job.n_trials - trials.completed_trials(study)
+    if remaining <= 0:
+        return True
+    tickets = CTX.Queue()
+    for _ in range(remaining):
+        tickets.put(1)
+    in_flight = CTX.Array("i", [0] * workers)
+    for i in range(workers):
+        procs[i] = _spawn(i, job, tickets, in_flight, gpus)
+    replacements = 0
+    exit_codes: list[int] = []
+    done_before = trials.completed_trials(study)
+    owed = 0  # tickets of workers that died mid-trial
+    died_at = 0.0
+    stale_after = job.grace_period + job.heartbeat_interval + 1
+    shown = time.monotonic()
+    stopping = 0.0
+    while procs or (owed and not guard.requested):
+        for i, p in list(procs.items()):
+            p.join(timeout=0.2)
+            if p.exitcode is None:
+                continue
+            del procs[i]
+            exit_codes.append(p.exitcode)
+            if p.exitcode != 0 and not guard.requested:
+                if in_flight[i]:
+                    owed += 1
+                    in_flight[i] = 0
+                    died_at = time.monotonic()
+                if replacements < 4 * workers:
+                    replacements += 1
+                    procs[i] = _spawn(i, job, tickets, in_flight, gpus)
+        if progress is not None and time.monotonic() - shown > 1.0:
+            progress(trials.completed_trials(study))
+            shown = time.monotonic()
+        if guard.requested:  # the workers end their trials themselves; wait for them
+            stopping = stopping or time.monotonic()
+            if time.monotonic() - stopping > 30:
+                for proc in procs.values():
+                    proc.kill()
+            continue
+        if owed and time.monotonic() - died_at > stale_after:
+            # The dead worker's trial is RUNNING until its heartbeat is stale: fail it
+            # (the retry callback enqueues a copy), then hand its ticket out again so
+            # a worker runs the retried trial (a waiting trial is taken first).
+            study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
             optuna.storages.fail_stale_trials(study)
+            for _ in range(owed):
+                tickets.put(1)
+            owed = 0
+            if not procs:
+                procs[0] = _spawn(0, job, tickets, in_flight, gpus)
+        elif not procs:
+            time.sleep(0.2)
+    if guard.requested:
+        return True
+    study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+    if progress is not None:
+        progress(trials.completed_trials(study))
+    if trials.completed_trials(study) == done_before and all(c != 0 for c in exit_codes):
+        raise RuntimeError(
+            f"{len(exit_codes)} worker processes exited without finishing a trial "
+            f"(exit codes {sorted(set(exit_codes))}); run with --workers 1 to see why"
+        )
+    if trials.completed_trials(study) >= job.n_trials:
+        return True
+    # Trials of dead workers are RUNNING until their heartbeat goes stale: wait for the
+    # grace period, fail them (the retry callback re-enqueues each), go again.
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    if running:
+        time.sleep(job.grace_period + job.heartbeat_interval)
+        optuna.storages.fail_stale_trials(study)
+    return False
 
 
 def _spawn(i: int, job: WorkerJob, tickets: Any, in_flight: Any, gpus: int) -> Any:
@@ -181,12 +244,13 @@ def run_case_with_workers(
     storage: Any,
     options: Any,
     warm: list[Any] | None = None,
+    progress: Any = None,
 ) -> Any:
     """One case's study driven by ``options.workers`` processes on this host (one GPU
     each when there are GPUs); returns what the study holds afterwards."""
     import torch
 
-    from autotune.search.study import open_study, summarise_study
+    from autotune.search.study import StudyProgress, open_study, summarise_study
 
     start = time.perf_counter()
     study = open_study(selection, case, space, storage, options.sampler, options.seed, warm)
@@ -207,5 +271,16 @@ def run_case_with_workers(
     )
     gpus = torch.cuda.device_count() if selection.device.type == "cuda" else 0
     before = trials.completed_trials(study)
-    run_workers(job, options.workers, gpus)
+    show, close = progress(case) if progress is not None else (None, lambda: None)
+    state = StudyProgress(total=options.n_trials, finished=before)
+
+    def shown(completed: int) -> None:
+        if show is not None:
+            state.finished = completed
+            show(state)
+
+    try:
+        run_workers(job, options.workers, gpus, progress=shown)
+    finally:
+        close()
     return summarise_study(study, case, trials.completed_trials(study) - before, start)

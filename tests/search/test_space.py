@@ -99,3 +99,32 @@ def test_a_user_space_file_overrides_the_builtin(tmp_path) -> None:
     )
     spaces = available_spaces([str(f)])
     assert select_space("cpu", get_case("smoke-2"), spaces).name == "mine"
+
+
+@pytest.mark.parametrize("name", [s.name for s in builtin_spaces()])
+def test_builtin_spaces_ask_knob_values_and_round_trip_every_plan(name) -> None:
+    """Variant parameters are asked knob by knob (``attention``, then e.g.
+    ``attn_precision (attention=triton)``): every Optuna parameter value is a knob value,
+    and every plan of the space is reached from its parameters."""
+    from autotune.plan import KNOBS_BY_NAME
+
+    (space,) = [s for s in builtin_spaces() if s.name == name]
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    for _ in range(40):
+        trial = study.ask()
+        plan = space.sample(trial)
+        for param, value in trial.params.items():
+            knob = param.split(" (", 1)[0]
+            assert KNOBS_BY_NAME[knob].validate(value) == value, (param, value)
+            assert getattr(plan, knob) == value
+        study.tell(trial, 0.0)
+    plans = list(space.enumerate())
+    for plan in plans:
+        assert space.sample(optuna.trial.FixedTrial(space.params_for(plan))) == plan
+    assert len({p.hash for p in plans}) == len(plans)
+
+
+def test_a_plan_matching_no_variant_is_refused() -> None:
+    space = _space()
+    with pytest.raises(ValueError, match="variant"):
+        space.params_for(Plan(attention="sdpa_flash"))

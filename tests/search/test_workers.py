@@ -206,3 +206,96 @@ def test_ctrl_c_stops_a_study_cleanly_and_the_same_command_resumes(tmp_path) -> 
         == 0
     )
     assert [t.state for t in _trials(url)].count(TrialState.COMPLETE) == target
+
+
+def _study_cmd(url: str, *extra: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "autotune", "study", "--gpu", "cpu", "--storage", url,
+            "--quiet", *extra]  # fmt: skip
+
+
+def test_ctrl_c_to_the_process_group_fails_the_trial_in_flight_at_once_and_the_run_resumes(
+    tmp_path, space_file
+) -> None:
+    """A terminal's Ctrl-C reaches the study and its runner child together: one line on
+    stderr, exit 130, the hung trial in flight FAIL with its reason at once and enqueued
+    again, and the same command (without the hang) resumes and finishes it."""
+    import signal
+    import subprocess
+
+    from autotune.search import trials as records
+    from tests.conftest import ROOT
+
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    cmd = _study_cmd(url, "--cases", "smoke-1", "--n-trials", "8", "--trial-timeout", "300")
+    cmd += ["--space", space_file, "--sampler", "grid"]  # 8 distinct plans, trial 2 hangs
+    env = dict(os.environ, PYTHONPATH=str(ROOT), AUTOTUNE_INJECT_FAULT="hang@2")
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    hung = False
+    while time.monotonic() < deadline and not hung:
+        time.sleep(0.5)
+        try:
+            hung = any(t.number == 2 and t.state == TrialState.RUNNING for t in _trials(url))
+        except (ValueError, KeyError, optuna.exceptions.StorageInternalError):
+            hung = False
+    assert hung, "trial 2 never started"
+    time.sleep(1.0)  # it is inside the runner now, hanging
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "interrupted; 2 trials kept; rerun the same command to resume" in lines[0]
+    done = _trials(url)
+    assert TrialState.RUNNING not in [t.state for t in done]
+    (failed,) = [t for t in done if t.state == TrialState.FAIL]
+    assert failed.number == 2 and failed.user_attrs["fail_reason"] == records.INTERRUPTED
+    (retry,) = [t for t in done if t.user_attrs.get("retry_of") is not None]
+    assert retry.state == TrialState.WAITING and retry.user_attrs["retry_of"] == 2
+    assert retry.system_attrs["fixed_params"] == failed.params  # the same plan, first
+    resumed = subprocess.run(
+        cmd, env=dict(env, AUTOTUNE_INJECT_FAULT=""), capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    done = _trials(url)
+    assert [t.state for t in done].count(TrialState.COMPLETE) == 8  # every plan, once
+    assert next(t for t in done if t.number == retry.number).state == TrialState.COMPLETE
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_independent_processes_on_one_storage_complete_exactly_n_trials_measuring_no_plan_twice(
+    backend, tmp_path, space_file
+) -> None:
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    urls = [u for u in _storages(tmp_path) if u.startswith(backend)]
+    if not urls:
+        pytest.skip("set AUTOTUNE_TEST_POSTGRES (scripts/postgres.sh start) to run this")
+    url = urls[0]
+    _clean_postgres(url)
+    cmd = _study_cmd(
+        url, "--cases", "smoke-1", "--n-trials", "8", "--no-isolation", "--space", space_file
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-2000:]
+    done = _trials(url)
+    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    assert len(complete) == 8  # in total, not per process
+    measured = [t.user_attrs["plan_hash"] for t in complete if "duplicate_of" not in t.user_attrs]
+    assert len(measured) == len(set(measured))  # a repeat reuses the recorded outcome
+    assert TrialState.RUNNING not in [t.state for t in done]
+    _clean_postgres(url)

@@ -1,0 +1,56 @@
+"""Ctrl-C during a study.
+
+The first SIGINT (a terminal sends it to the whole process group: the study, its
+workers and their trial runners) ends the run at a safe point: the trial in flight is
+stopped at once (its runner child is killed, or, evaluated in this process, interrupted),
+marked FAIL with the reason, and enqueued again so the same command measures it when it
+resumes; finished trials are kept. Runner children ignore SIGINT: the process
+that owns the trial decides. A second Ctrl-C interrupts immediately.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class Interrupted(KeyboardInterrupt):
+    """A study run ended by Ctrl-C; ``kept`` trials finished in this run are stored."""
+
+    def __init__(self, kept: int) -> None:
+        super().__init__(f"interrupted; {kept} trials kept")
+        self.kept = kept
+
+
+class InterruptGuard:
+    """SIGINT handling for the duration (in the main thread; elsewhere it does nothing).
+
+    The first signal sets ``requested`` and calls ``on_signal`` if set (the code in flight
+    sets it to stop what it waits for: kill a runner child, or raise in this process);
+    code checks ``requested`` at safe points. A second signal raises KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.on_signal: Callable[[], None] | None = None
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> InterruptGuard:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.on_signal is not None:
+            self.on_signal()
