@@ -24,7 +24,12 @@ from autotune import backends
 from autotune.backends import MASK_GENERAL, MASK_NONE, MASK_RIGHT_PADDED, AttentionCall
 from autotune.backends.precision import DTYPES, linear
 from autotune.core.device import DeviceInfo
-from autotune.core.reference import LAYERNORM_EPS, ReferenceTransformer, TransformerConfig
+from autotune.core.reference import (
+    LAYERNORM_EPS,
+    ReferenceTransformer,
+    TransformerConfig,
+    matmul_precision,
+)
 from autotune.plan import Plan
 
 __all__ = [
@@ -307,7 +312,7 @@ class CandidateTransformer(ReferenceTransformer):
             kind,
             torch.is_inference_mode_enabled(),
             torch.backends.cuda.matmul.allow_tf32,
-            torch.get_float32_matmul_precision(),
+            matmul_precision(),
         )
         graph = self._graphs.get(key)
         if graph is None:

@@ -270,11 +270,21 @@ def check_outputs(
     )
 
 
+def matmul_precision() -> str | None:
+    """``torch.get_float32_matmul_precision()``, or None where torch refuses to say (torch
+    2.13 raises once the legacy ``allow_tf32`` flags and the precision setting disagree)."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        return None
+
+
 @contextlib.contextmanager
 def official_settings() -> Iterator[None]:
-    """The benchmark's runtime flags (matmul precision "high", TF32 on), restored on exit."""
+    """The benchmark's runtime flags (matmul precision "high", TF32 on), restored on exit
+    (a precision torch cannot report is left to the restored TF32 flags)."""
     previous = (
-        torch.get_float32_matmul_precision(),
+        matmul_precision(),
         torch.backends.cuda.matmul.allow_tf32,
         torch.backends.cudnn.allow_tf32,
     )
@@ -284,14 +294,15 @@ def official_settings() -> Iterator[None]:
     try:
         yield
     finally:
-        torch.set_float32_matmul_precision(previous[0])
+        if previous[0] is not None:
+            torch.set_float32_matmul_precision(previous[0])
         torch.backends.cuda.matmul.allow_tf32 = previous[1]
         torch.backends.cudnn.allow_tf32 = previous[2]
 
 
 def official_settings_active() -> bool:
     return (
-        torch.get_float32_matmul_precision() == "high"
+        matmul_precision() == "high"
         and torch.backends.cuda.matmul.allow_tf32
         and torch.backends.cudnn.allow_tf32
     )

@@ -7,14 +7,19 @@ and TF32 flags) and runs the table's plan on a hit, otherwise the reference.
 ``explain(x, mask)`` returns the route and every reason an entry was not used. It never
 tunes. A table whose hash does not match its content, or made for another GPU or an
 incompatible torch/triton, is refused with a clear message, and the reference serves.
+A call that would hit a tuned entry but breaks the serving contract (gradients enabled,
+matmul precision/TF32 flags not the official ones) is served by the reference with one
+warning per model; ``serving()`` is the context that meets the contract.
 
 Imports torch and the standard library only: no optuna, sqlalchemy, pandas, matplotlib.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -25,12 +30,62 @@ from autotune.core.device import DeviceInfo, detect_device
 from autotune.core.reference import (
     ReferenceTransformer,
     TransformerConfig,
+    matmul_precision,
+    official_settings,
     official_settings_active,
 )
 from autotune.plan import Plan
 from autotune.runtime.table import DispatchTable, compatibility_problems, load_table
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+SERVING_FIX = "wrap calls in autotune.runtime.serving()"
+
+
+@contextlib.contextmanager
+def serving() -> Iterator[None]:
+    """The serving contract tuned entries were verified under: ``torch.inference_mode()``
+    with the official flags (matmul precision "high", TF32 on for CUDA matmuls and cuDNN).
+    Grad mode and the flags are restored on exit. ``with serving(): y = model(x, mask)``.
+    """
+    with official_settings(), torch.inference_mode():
+        yield
+
+
+def _flag_differences() -> list[str]:
+    """The flags that differ from ``official_settings()`` (its values: "high", True, True)."""
+    out = []
+    if not torch.backends.cuda.matmul.allow_tf32:
+        out.append("torch.backends.cuda.matmul.allow_tf32=False")
+    if not torch.backends.cudnn.allow_tf32:
+        out.append("torch.backends.cudnn.allow_tf32=False")
+    precision = matmul_precision()
+    if precision is None:
+        out.append(
+            "float32_matmul_precision unreadable (allow_tf32 was set against "
+            "set_float32_matmul_precision)"
+        )
+    elif precision != "high":
+        out.append(f"float32_matmul_precision={precision!r}")
+    return out
+
+
+def contract_problems() -> list[str]:
+    """What in the current thread's state breaks the serving contract (empty: it holds)."""
+    problems = []
+    if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+        problems.append(
+            "gradients are enabled: tuned plans serve inference only "
+            "(use torch.inference_mode(), as serving() does)"
+        )
+    if matmul_precision() is None or not official_settings_active():
+        differ = ", ".join(_flag_differences()) or "unknown"
+        problems.append(
+            f"TF32/matmul precision flags differ from the official settings the table was "
+            f"validated under: {differ} (official: float32_matmul_precision='high', "
+            "allow_tf32=True for CUDA matmuls and cuDNN)"
+        )
+    return problems
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +111,8 @@ class DispatchedTransformer(ReferenceTransformer):
         self._candidates: dict[tuple[Any, ...], CandidateTransformer] = {}
         self._devices: dict[torch.device, tuple[DeviceInfo, tuple[str, ...]]] = {}
         self._routes: dict[tuple[Any, ...], Route] = {}
-        self._warned = False
+        self._warned = False  # the table refused as a whole: said once
+        self._warned_contract = False  # a tuned entry skipped for the contract: said once
         self.last_route: Route | None = None
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
@@ -101,16 +157,7 @@ class DispatchedTransformer(ReferenceTransformer):
                 f"mask must be bool {tuple(x.shape[:2])}, got "
                 f"{valid_token_mask.dtype} {tuple(valid_token_mask.shape)}"
             )
-        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
-            reasons.append(
-                "gradients are enabled: tuned plans serve inference only "
-                "(use torch.inference_mode())"
-            )
-        if not official_settings_active():
-            reasons.append(
-                "matmul precision/TF32 flags differ from the official settings "
-                "the table was validated under"
-            )
+        reasons += contract_problems()
         if not reasons:
             return static
         return Route("reference", key, None, tuple(reasons))
@@ -145,6 +192,22 @@ class DispatchedTransformer(ReferenceTransformer):
         self._routes[(key, device)] = route
         return route
 
+    def _warn_contract(self, route: Route, device: torch.device) -> None:
+        """Once per model: a call with a tuned entry went to the reference for the contract."""
+        if route.key is None or self._static_route(route.key, device).plan is None:
+            return  # no tuned entry to miss
+        problems = contract_problems()
+        if not problems or set(route.reasons) != set(problems):
+            return  # another reason (the mask) keeps the entry out anyway: explain() says it
+        warnings.warn(
+            f"DispatchedTransformer: the tuned entry for case key {route.key} was not used "
+            f"and the reference served, because {'; and '.join(problems)}. Fix: "
+            f"{SERVING_FIX} (torch.inference_mode() with the official flags). Warned once "
+            "per model; explain(x, mask) gives every reason.",
+            stacklevel=5,  # the caller's line: past forward and nn.Module's two call frames
+        )
+        self._warned_contract = True
+
     def _candidate(
         self, key: tuple[Any, ...], plan: Plan, info: DeviceInfo
     ) -> CandidateTransformer:
@@ -173,6 +236,8 @@ class DispatchedTransformer(ReferenceTransformer):
                     stacklevel=2,
                 )
                 self._warned = True
+            elif self.table is not None and not self._warned_contract:
+                self._warn_contract(route, x.device)
             return super().forward(x, valid_token_mask)
         info, _ = self._device(x.device)
         assert route.key is not None

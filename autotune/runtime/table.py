@@ -213,19 +213,38 @@ def compatibility_problems(table: DispatchTable, device: DeviceInfo) -> list[str
             )
     versions = prov.get("versions", {})
     here = software_versions()
+    differ = []  # (name, the table's version, this one)
     if _major_minor(versions.get("torch")) != _major_minor(here["torch"]):
-        problems.append(
-            f"table was made with torch {versions.get('torch')}, this is torch "
-            f"{here['torch']}; re-validate or re-tune"
-        )
+        differ.append(("torch", versions.get("torch"), here["torch"]))
     uses_triton = any(
         Plan.from_dict(e.get("plan", {})).uses_triton
         for e in table.entries.values()
         if e.get("admitted")
     )
     if uses_triton and _major_minor(versions.get("triton")) != _major_minor(here["triton"]):
-        problems.append(
-            f"table uses Triton kernels made with triton {versions.get('triton')}, "
-            f"this is triton {here['triton']}"
-        )
+        differ.append(("triton", versions.get("triton"), here["triton"]))
+    if differ:
+        problems.append(version_mismatch_problem(table, differ))
     return problems
+
+
+def _version(name: str, version: str | None, missing: str) -> str:
+    return f"{name} {version}" if version else f"no {name} {missing}"
+
+
+def version_mismatch_problem(
+    table: DispatchTable, differ: list[tuple[str, str | None, str | None]]
+) -> str:
+    """Which versions differ (the table's and this stack's) and the one honest way forward:
+    re-verify every entry here, then write a new table whose provenance is this stack's."""
+    theirs = ", ".join(_version(n, t, "recorded") for n, t, _ in differ)
+    ours = ", ".join(_version(n, h, "installed") for n, _, h in differ)
+    uses = " (the table uses Triton kernels)" if any(n == "triton" for n, _, _ in differ) else ""
+    path = table.source if not table.source.startswith("<") else "PATH"
+    return (
+        f"software versions differ: the table was made with {theirs}, this is {ours}{uses}; "
+        "its entries were verified and timed under the table's versions only. Way forward: "
+        f"re-verify every entry on this device and write those that pass as a new table "
+        f"with this stack's provenance: 'autotune validate --table {path} --allow-reference "
+        "--out NEW_PATH'; never edit a table in place"
+    )

@@ -1,0 +1,224 @@
+"""The runtime's serving contract: serving(), the once-per-model warning when a tuned entry
+is skipped for the contract, and what a table made under other torch/triton says."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.core.cases import get_case
+from autotune.core.device import detect_device, software_versions
+from autotune.core.reference import build_reference, check_outputs, official_settings
+from autotune.runtime import DispatchedTransformer, compatibility_problems, load_table, serving
+from autotune.ship.export import render_table
+from tests.conftest import ROOT
+
+CASE = get_case("smoke-1")
+KEY = (2, 16, 32, 2, 64, 2, True, "float32")  # smoke-1's case key
+PLAN = {"attention": "sdpa_math", "qkv": "packed"}
+
+
+def _write_table(tmp_path: Path, plan: dict = PLAN, **versions: str) -> Path:
+    """A minimal CPU table whose one entry (smoke-1) is a tuned plan."""
+    provenance = {
+        "command": "autotune export --gpu cpu",
+        "commit": "test",
+        "device": {"capability": None, "name": "cpu", "type": "cpu"},
+        "emulated": False,
+        "storage": "sqlite:///studies.db",
+        "versions": dict(software_versions(), **versions),
+    }
+    entries = {
+        KEY: {
+            "admitted": True,
+            "case": "smoke-1",
+            "evidence": {"reason": "test"},
+            "plan": plan,
+            "plan_hash": "test",
+        }
+    }
+    path = tmp_path / "cpu.py"
+    path.write_text(render_table("cpu", 1, provenance, entries))
+    return path
+
+
+@pytest.fixture()
+def table(tmp_path: Path) -> Path:
+    return _write_table(tmp_path)
+
+
+@pytest.fixture()
+def default_flags():
+    """torch's default flags (precision "highest", CUDA matmul TF32 off), restored after."""
+    saved = (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = True
+    yield
+    torch.set_float32_matmul_precision(saved[0])
+    torch.backends.cuda.matmul.allow_tf32 = saved[1]
+    torch.backends.cudnn.allow_tf32 = saved[2]
+
+
+def _model(table) -> tuple[DispatchedTransformer, torch.nn.Module]:
+    ref = build_reference(CASE.config).eval()
+    model = DispatchedTransformer(CASE.config, table=table)
+    model.load_state_dict(ref.state_dict())
+    return model.eval(), ref
+
+
+def _contract_warnings(model, calls: int, batch: int = 2) -> list[str]:
+    """Messages of the contract warnings over ``calls`` forwards in the current context."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for seed in range(calls):
+            model(torch.randn(batch, 16, 32, generator=torch.Generator().manual_seed(seed)))
+    return [str(w.message) for w in caught if "serving()" in str(w.message)]
+
+
+def test_no_grad_under_default_flags_warns_once_naming_the_flags_and_the_fix(
+    table, default_flags
+) -> None:
+    model, _ = _model(table)
+    with torch.no_grad():
+        (message,) = _contract_warnings(model, calls=4)
+        assert model.last_route is not None and model.last_route.plan is None
+    assert "allow_tf32=False" in message
+    assert "float32_matmul_precision='highest'" in message
+    assert "wrap calls in autotune.runtime.serving()" in message
+    assert str(KEY) in message
+    # explain() still gives the full reasons, and a second model warns once too.
+    with torch.no_grad():
+        assert "differ from the official settings" in str(model.explain(torch.randn(2, 16, 32)))
+        assert len(_contract_warnings(_model(table)[0], calls=2)) == 1
+
+
+def test_default_tf32_flags_in_inference_mode_warn_once(table, default_flags) -> None:
+    model, _ = _model(table)
+    with torch.inference_mode():
+        (message,) = _contract_warnings(model, calls=3)
+    assert "TF32/matmul precision flags differ" in message and "gradients" not in message
+
+
+def test_gradients_enabled_under_official_flags_warn_once(table) -> None:
+    model, _ = _model(table)
+    with official_settings():
+        (message,) = _contract_warnings(model, calls=3)
+    assert "gradients are enabled" in message and "flags differ" not in message
+    assert "autotune.runtime.serving()" in message
+
+
+def test_serving_gives_the_tuned_plan_and_no_warning(table, default_flags) -> None:
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with serving():
+            for _ in range(3):
+                out = model(x)
+                assert model.last_route is not None and model.last_route.plan is not None
+            rep = check_outputs(out, ref(x))
+    assert rep.passed, rep.summary()
+
+
+def test_no_contract_warning_without_a_tuned_entry(table, default_flags) -> None:
+    model, _ = _model(table)
+    with torch.no_grad():
+        assert _contract_warnings(model, calls=2, batch=3) == []  # no entry for B=3
+        assert "no entry for case key" in str(model.explain(torch.randn(3, 16, 32)))
+
+
+def test_serving_restores_flags_and_grad_mode() -> None:
+    saved = (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    )
+    try:
+        torch.set_float32_matmul_precision("highest")  # torch 2.13: allow_tf32 follows
+        torch.backends.cudnn.allow_tf32 = False
+        assert torch.is_grad_enabled()
+        with pytest.raises(RuntimeError, match="inside"), serving():
+            assert torch.is_inference_mode_enabled() and not torch.is_grad_enabled()
+            assert torch.get_float32_matmul_precision() == "high"
+            assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+            raise RuntimeError("inside")
+        assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert not torch.backends.cuda.matmul.allow_tf32
+        assert not torch.backends.cudnn.allow_tf32
+        with torch.no_grad(), serving():
+            pass
+        assert torch.is_grad_enabled()
+    finally:
+        torch.set_float32_matmul_precision(saved[0])
+        torch.backends.cuda.matmul.allow_tf32 = saved[1]
+        torch.backends.cudnn.allow_tf32 = saved[2]
+
+
+def test_mixed_flags_warn_instead_of_raising(table, default_flags) -> None:
+    # torch 2.13: the precision becomes unreadable once allow_tf32 is set against it.
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with torch.inference_mode():
+        with pytest.warns(UserWarning, match="unreadable") as caught:
+            out = model(x)
+        assert torch.equal(out, ref(x))  # the reference served
+    (message,) = [str(w.message) for w in caught if "serving()" in str(w.message)]
+    assert "unreadable" in message
+
+
+def test_version_mismatch_names_both_versions_and_the_way_forward(tmp_path) -> None:
+    path = _write_table(tmp_path, torch="2.11.0+cu130")
+    table = load_table(path)
+    (problem,) = compatibility_problems(table, detect_device("cpu"))
+    assert "torch 2.11.0+cu130" in problem and f"torch {torch.__version__}" in problem
+    assert f"autotune validate --table {path} --allow-reference --out" in problem
+    assert "never edit a table in place" in problem
+    model, _ = _model(table)
+    with serving(), pytest.warns(UserWarning, match="refused") as caught:
+        model(torch.randn(2, 16, 32))
+    assert len(caught) == 1 and "torch 2.11.0+cu130" in str(caught[0].message)
+
+
+def test_triton_mismatch_names_both_triton_versions(tmp_path) -> None:
+    here = software_versions()["triton"]
+    table = load_table(_write_table(tmp_path, plan={"attention": "triton"}, triton="0.1.0"))
+    (problem,) = compatibility_problems(table, detect_device("cpu"))
+    assert "triton 0.1.0" in problem and (f"triton {here}" if here else "no triton") in problem
+    assert f"torch {torch.__version__}" not in problem  # torch matches: not named
+    assert "autotune validate --table" in problem and "--out" in problem
+
+
+def test_serving_imports_without_the_tuning_stack() -> None:
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("optuna", "sqlalchemy", "pandas", "matplotlib"):
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        from autotune.runtime import serving
+        with serving():
+            pass
+        print("OK")
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OK" in out.stdout
