@@ -2,8 +2,13 @@
 # Start (or stop) a local PostgreSQL for the multi-worker tests; prints the URL to use.
 # Usage: source scripts/postgres.sh start   ->  exports AUTOTUNE_TEST_POSTGRES
 #        bash scripts/postgres.sh stop
-set -u
+#        source scripts/postgres.sh status   ->  the clusters, if any (changes nothing)
+# Sourced: it leaves the caller's shell options as they were (no set -u, no set -e).
 action=${1:-start}
+if [ "$action" = status ]; then
+  pg_lsclusters 2>/dev/null || echo "no PostgreSQL installed"
+  return 0 2>/dev/null || exit 0
+fi
 if [ "$action" = stop ]; then
   pg_ctlcluster "$(ls /etc/postgresql | sort -V | tail -1)" main stop 2>/dev/null || true
   return 0 2>/dev/null || exit 0

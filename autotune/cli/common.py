@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import glob
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 DEFAULT_STORAGE = "sqlite:///studies.db"
@@ -32,10 +33,31 @@ def add_storage(p: argparse.ArgumentParser) -> None:
     p.add_argument("--storage", default=DEFAULT_STORAGE, help="any SQLAlchemy URL")
 
 
-def open_storage(url: str, heartbeat: int | None = None) -> Any:
+def open_storage(url: str, heartbeat: int | None = None, *, must_exist: bool = True) -> Any:
+    """The study storage at ``url``. Commands that only read (export, plot, report) refuse
+    an SQLite file that does not exist instead of creating an empty one; ``study``
+    (``must_exist=False``) creates the file, and its folder."""
     from autotune.search.trials import open_storage as open_rdb
 
+    path = sqlite_path(url)
+    if path is not None:
+        if must_exist and not path.is_file():
+            raise CliError(
+                f"storage {url!r} does not exist (no file {str(path)!r}); give the --storage "
+                "that 'autotune study' wrote to"
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
     return open_rdb(url, heartbeat, 3 * heartbeat if heartbeat else None)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of an ``sqlite:///PATH`` URL (None for other databases and memory)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    rest = url[len("sqlite:///") :].split("?", 1)[0]
+    if rest.startswith("file:"):
+        rest = rest[len("file:") :]
+    return Path(rest) if rest and rest != ":memory:" else None
 
 
 def selection(args: argparse.Namespace) -> Any:

@@ -7,24 +7,32 @@ import json
 import sys
 from pathlib import Path
 
-from autotune.cli.common import add_gpu, add_storage, open_storage, selection
+from autotune.cli.common import CliError, add_gpu, add_storage, open_storage, selection
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from autotune.core.cases import select_cases
-    from autotune.runtime import load_table
+    from autotune.runtime import compatibility_problems, load_table
     from autotune.tools.bench import anchor_names, bench_table, summarise, table_cases, write_csv
 
     table = load_table(args.table)
     anchors = anchor_names(args.anchors)
     baseline = load_table(args.baseline) if args.baseline else None
     cases = select_cases(args.cases or table_cases(table))
+    chosen = selection(args)
+    refused = list(table.problems) + compatibility_problems(table, chosen.device)
+    if refused:
+        print(f"autotune bench: table refused: {'; '.join(refused)}", file=sys.stderr)
+        if not args.allow_reference:
+            print("(--allow-reference benches the reference serving in its place)", file=sys.stderr)
+            return 1
     rows = bench_table(
         table,
         cases,
-        selection(args),
+        chosen,
         baseline=baseline,
         anchors=anchors,
+        refused=bool(refused),
         emit=lambda line: print(line, flush=True),
     )
     print(summarise(rows))
@@ -38,18 +46,25 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.core.cases import select_cases
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.runtime import load_table
-    from autotune.tools.validate import CANNOT_RUN, WRONG, validate_table
+    from autotune.tools.validate import validate_table, write_verified_table
 
     table = load_table(args.table)
+    if args.out and Path(args.out).resolve() == Path(args.table).resolve():
+        raise CliError(f"--out {args.out!r} is the table validated: write a new file")
+    chosen = selection(args)
     cases = {c.id for c in select_cases(args.cases)} if args.cases else None
-    checks = validate_table(
-        table, selection(args), STUDY_TIMING if args.quick else OFFICIAL_TIMING, cases=cases
+    result = validate_table(
+        table,
+        chosen,
+        STUDY_TIMING if args.quick else OFFICIAL_TIMING,
+        cases=cases,
+        allow_reference=args.allow_reference,
     )
-    if any(c.verdict == WRONG for c in checks):
-        return 1
-    if args.strict and any(c.verdict == CANNOT_RUN for c in checks):
-        return 1
-    return 0
+    if args.out and result.checks:
+        command = "autotune validate " + " ".join(args.argv_text)
+        path, version = write_verified_table(table, result, chosen, Path(args.out), command)
+        print(f"wrote {path} (table version {version}): the entries verified here")
+    return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -103,7 +118,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
             + f" in {args.storage}"
         )
     table, _ = _table_or_none(args.table, args.gpu)
-    out = plot_studies(studies, args.out or f"docs/pareto_{args.gpu}.png", table_winners(table))
+    out = args.out or f"docs/results/{args.gpu}/pareto.png"
+    out = plot_studies(studies, out, table_winners(table))
     print(f"wrote {out} ({len(studies)} studies)")
     return 0
 
@@ -157,6 +173,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     add_gpu(p)
     p.set_defaults(gpu="auto")
     p.add_argument("--csv", help="also write the rows as CSV")
+    p.add_argument(
+        "--allow-reference",
+        action="store_true",
+        help="bench a table the runtime refuses here (the reference serves; exit 0)",
+    )
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("validate", help="re-verify and re-time every entry of a table here")
@@ -170,7 +191,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="study timing (seconds) instead of the official protocol",
     )
     p.add_argument(
-        "--strict", action="store_true", help="also fail when an entry cannot run on this device"
+        "--allow-missing",
+        action="store_true",
+        help="entries that cannot run (or crash) on this device do not fail the command",
+    )
+    p.add_argument(
+        "--allow-reference",
+        action="store_true",
+        help="a table the runtime refuses here does not fail the command (its entries are "
+        "verified anyway; an edited table's too)",
+    )
+    p.add_argument(
+        "--out",
+        help="write the entries verified here as a new table with this device's provenance",
     )
     p.set_defaults(func=cmd_validate)
 
@@ -218,5 +251,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     g.add_argument("--all", action="store_true", help="every case (the default)")
     add_storage(p)
     p.add_argument("--table", help="table whose winners to mark (default tables/PROFILE.py)")
-    p.add_argument("--out", help="PNG path (default docs/pareto_PROFILE.png)")
+    p.add_argument("--out", help="PNG path (default docs/results/PROFILE/pareto.png)")
     p.set_defaults(func=cmd_plot)

@@ -110,7 +110,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     chosen = selection(args)
     cases = select_cases(args.cases or ("smoke" if chosen.profile.name == "cpu" else "1-13"))
     spaces = available_spaces(args.space)
-    storage = open_storage(args.storage, args.heartbeat)
+    storage = open_storage(args.storage, args.heartbeat, must_exist=False)
     plan = [(c, select_space(chosen.profile.name, c, spaces)) for c in cases]
     print(
         f"profile {chosen.profile.name}"

@@ -191,6 +191,24 @@ def _expand_range(token: str) -> list[str]:
     return [str(i) for i in range(int(lo), int(hi) + 1)]
 
 
+def _refuse_malformed_shape(spec: str) -> None:
+    """A comma list of numbers that are not all case ids is a custom shape with the wrong
+    number of fields: say so, rather than 'unknown case'."""
+    tokens = [t.strip().lower() for t in spec.split(",") if t.strip()]
+    words = {"causal", "noncausal", "true", "false", "float32"}
+    if not all(t.isdigit() or t in words for t in tokens):
+        return
+    numbers = [t for t in tokens if t.isdigit()]
+    if any(t in words for t in tokens) or (
+        len(numbers) >= 3 and any(t not in _REGISTRY for t in numbers)
+    ):
+        raise ValueError(
+            f"case spec {spec!r} reads as a custom shape with {len(numbers)} number(s); a "
+            "custom shape has 6: B,S,d_model,heads,FFN,layers[,causal|noncausal], e.g. "
+            "'8,256,128,4,512,2,causal' (case ids are 1-14 and smoke-1..5)"
+        )
+
+
 def select_cases(spec: str) -> list[Case]:
     """Cases from a spec: ``all``, ``official``, ``smoke``, ``1-13``, ``2,5,smoke-1`` or
     custom shapes separated by ``;`` (``8,256,128,4,512,2,causal;4,64,64,2,128,1``)."""
@@ -203,6 +221,7 @@ def select_cases(spec: str) -> list[Case]:
         return list(SMOKE_CASES)
     if ";" in spec or _CUSTOM.match(spec):
         return [parse_custom(part) for part in spec.split(";") if part.strip()]
+    _refuse_malformed_shape(spec)
     out: list[Case] = []
     for token in (t.strip() for t in spec.split(",")):
         if not token:

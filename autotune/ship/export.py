@@ -175,11 +175,27 @@ def export_table(
             else "reference"
         )
         emit(f"case {case.id}: {verdict} -- {winner.reason}")
-    path, version = write_table(options.out, profile, provenance(selection, options), winners)
+    provenance = table_provenance(
+        selection, export_command(selection, options), storage=options.storage_url
+    )
+    path, version = write_table(options.out, profile, provenance, winners)
     return path, version, winners
 
 
-def provenance(selection: ProfileSelection, options: ExportOptions) -> dict[str, Any]:
+def export_command(selection: ProfileSelection, options: ExportOptions) -> str:
+    return (
+        "autotune export --gpu "
+        + selection.profile.name
+        + (" --emulate" if selection.emulated else "")
+        + (" --exclude-triton" if options.exclude_triton else "")
+        + (" --fresh" if options.fresh else "")
+        + (f" --verified {options.verified}" if options.verified else "")
+    )
+
+
+def table_provenance(selection: ProfileSelection, command: str, **extra: Any) -> dict[str, Any]:
+    """Where and how a table was made: this device (its name, capability; not its memory),
+    software versions, commit, emulation, the command, and ``extra`` fields."""
     env = selection.environment()
     prov = {
         "device": env["device"] | {"total_memory": None, "multiprocessors": None},
@@ -187,13 +203,8 @@ def provenance(selection: ProfileSelection, options: ExportOptions) -> dict[str,
         "commit": env["commit"],
         "emulated": env["emulated"],
         "capacity_bytes": env["capacity_bytes"],
-        "storage": options.storage_url,
-        "command": "autotune export --gpu "
-        + selection.profile.name
-        + (" --emulate" if selection.emulated else "")
-        + (" --exclude-triton" if options.exclude_triton else "")
-        + (" --fresh" if options.fresh else "")
-        + (f" --verified {options.verified}" if options.verified else ""),
+        **extra,
+        "command": command,
     }
     if prov["device"]["type"] == "cpu":
         prov["device"]["name"] = "cpu"

@@ -95,7 +95,12 @@ def plot_pareto(ax: Any, study: Any, winner_trial: int | None = None) -> None:
     frame = study_frame(study)
     case = trials.case_id_of(study)
     ax.set_title(f"case {case}", fontsize=9)
-    ax.set_xlabel("peak memory (MiB)", fontsize=8)
+    ax.set_xlabel(
+        "peak memory (MiB)"
+        if trials.measured_memory(study)
+        else "predicted peak memory (MiB; not measured on the CPU)",
+        fontsize=8,
+    )
     ax.set_ylabel("latency / reference", fontsize=8)
     if frame.empty:
         ax.text(0.5, 0.5, "no trials", ha="center", transform=ax.transAxes)

@@ -1,16 +1,20 @@
 """``autotune validate``: re-verify and re-time every entry of a table on the device at hand.
 
-For a table made elsewhere (another GPU, or an ``--emulate`` run) this is what a user runs
-before trusting it: every admitted entry is checked on the official 5 seeds plus padded
-inputs and re-timed against the reference in one interleaved run. Entries that are wrong
-make the command fail; entries that still pass but no longer beat the reference beyond the
-noise are reported.
+For a table made elsewhere (another GPU or torch/triton, or an ``--emulate`` run) this is
+what a user runs before trusting it: every admitted entry is checked on the official 5
+seeds plus padded inputs and re-timed against the reference in one interleaved run.
+Entries that are wrong make the command fail; entries that still pass but no longer beat
+the reference beyond the noise are reported. A table the runtime refuses here is said so
+once, and none of its entries "holds": an entry that passes is "verified here", and with
+``--out`` the entries verified here are written as a new table whose provenance is this
+device and stack (the table given is never edited).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 from autotune.core.cases import Case, CaseKey, get_case, parse_custom
 from autotune.core.outcome import Outcome, OutcomeKind
@@ -18,10 +22,11 @@ from autotune.core.profiles import ProfileSelection
 from autotune.evaluate import evaluate_plan
 from autotune.judge.gate import SELECTION_GATE, CaseBench
 from autotune.measure import TimingSettings
-from autotune.plan import Plan
-from autotune.runtime.dispatch import DispatchTable, compatibility_problems
+from autotune.plan import REFERENCE_PLAN, Plan
+from autotune.runtime import DispatchTable, compatibility_problems
 
 HOLDS = "holds"
+VERIFIED_HERE = "verified here"  # passes and wins here, but the runtime refuses the table
 NO_LONGER_WINS = "no longer wins"
 WRONG = "WRONG"
 CANNOT_RUN = "cannot run here"
@@ -35,6 +40,8 @@ class EntryCheck:
     verdict: str
     detail: str
     outcome: Outcome | None = None
+    key: tuple | None = None
+    entry: dict | None = None
 
 
 def case_for_key(key: tuple, case_id: str | None) -> Case:
@@ -55,7 +62,11 @@ def case_for_key(key: tuple, case_id: str | None) -> Case:
 
 
 def validate_entry(
-    key: tuple, entry: dict, selection: ProfileSelection, timing: TimingSettings
+    key: tuple,
+    entry: dict,
+    selection: ProfileSelection,
+    timing: TimingSettings,
+    refused: bool = False,
 ) -> EntryCheck:
     case = case_for_key(key, entry.get("case"))
     plan = Plan.from_dict(entry.get("plan", {}))
@@ -81,10 +92,39 @@ def validate_entry(
         t = outcome.timing
         assert t is not None
         wins = t.speedup - 1.0 > t.noise
-        verdict = HOLDS if wins else NO_LONGER_WINS
+        verdict = (VERIFIED_HERE if refused else HOLDS) if wins else NO_LONGER_WINS
         was = entry.get("evidence", {}).get("speedup")
         detail = outcome.summary_line() + (f"; table said {was:.2f}x" if was else "")
-    return EntryCheck(case.id, plan.describe(), verdict, detail, outcome)
+    return EntryCheck(case.id, plan.describe(), verdict, detail, outcome, key, entry)
+
+
+@dataclasses.dataclass
+class Validation:
+    """What ``validate_table`` found: each entry's check, and why the runtime refuses the
+    table here (integrity first: a table whose content fails its hash is not run at all
+    unless ``allow_reference``)."""
+
+    checks: list[EntryCheck]
+    integrity: list[str]
+    compatibility: list[str]
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.integrity or self.compatibility)
+
+    def count(self, verdict: str) -> int:
+        return sum(c.verdict == verdict for c in self.checks)
+
+    def exit_code(self, *, allow_reference: bool = False, allow_missing: bool = False) -> int:
+        """1 for a wrong entry; for a table the runtime refuses (unless ``allow_reference``);
+        for an entry that cannot run or crashed here (unless ``allow_missing``)."""
+        if self.count(WRONG):
+            return 1
+        if self.refused and not allow_reference:
+            return 1
+        if self.count(CANNOT_RUN) and not allow_missing:
+            return 1
+        return 0
 
 
 def validate_table(
@@ -93,20 +133,90 @@ def validate_table(
     timing: TimingSettings,
     emit: Callable[[str], None] = print,
     cases: set[str] | None = None,
-) -> list[EntryCheck]:
-    notes = list(table.problems) + compatibility_problems(table, selection.device)
-    for n in notes:
-        emit(f"note: {n} (validating anyway: this run is the check)")
-    checks = []
+    allow_reference: bool = False,
+) -> Validation:
+    integrity = list(table.problems)
+    compatibility = compatibility_problems(table, selection.device)
+    result = Validation([], integrity, compatibility)
+    if integrity:
+        emit(f"table refused: {'; '.join(integrity)}")
+        if not allow_reference:
+            emit("nothing validated (--allow-reference validates its entries anyway)")
+            return result
+    if compatibility:
+        emit(
+            f"the runtime refuses this table here: {'; '.join(compatibility)}; its entries "
+            "are verified on this device below (none of them 'holds' for this table)"
+        )
     for key in sorted(table.entries, key=str):
         if cases is not None and table.entries[key].get("case") not in cases:
             continue
-        check = validate_entry(key, dict(table.entries[key]), selection, timing)
+        check = validate_entry(key, dict(table.entries[key]), selection, timing, result.refused)
         emit(f"case {check.case:<8} {check.verdict:<15} {check.plan}  {check.detail}")
-        checks.append(check)
-    counts = {
-        v: sum(c.verdict == v for c in checks)
-        for v in (HOLDS, NO_LONGER_WINS, WRONG, CANNOT_RUN, SKIPPED)
-    }
-    emit(", ".join(f"{n} {v}" for v, n in counts.items()))
-    return checks
+        result.checks.append(check)
+    verdicts = (HOLDS, VERIFIED_HERE, NO_LONGER_WINS, WRONG, CANNOT_RUN, SKIPPED)
+    emit(
+        ", ".join(
+            f"{result.count(v)} {v}" for v in verdicts if v != VERIFIED_HERE or result.refused
+        )
+    )
+    return result
+
+
+def write_verified_table(
+    table: DispatchTable,
+    validation: Validation,
+    selection: ProfileSelection,
+    out: Path,
+    command: str,
+) -> tuple[Path, int]:
+    """The entries verified here as a new table (provenance: this device and stack, and
+    the table they came from); entries that do not hold here keep the reference."""
+    from autotune.ship.export import table_provenance, write_table
+    from autotune.ship.select import Winner
+
+    if validation.integrity:
+        raise ValueError(
+            f"--out: {table.source} fails its integrity check; a table is only re-issued "
+            "from an intact one"
+        )
+    if out.resolve() == Path(table.source).resolve():
+        raise ValueError(f"--out {str(out)!r} is the table validated: write a new file")
+    winners = []
+    for check in validation.checks:
+        if check.key is None or check.entry is None:
+            continue
+        ev = check.entry.get("evidence", {})
+        o = check.outcome
+        admitted = check.verdict in (HOLDS, VERIFIED_HERE) and o is not None
+        plan = Plan.from_dict(check.entry.get("plan", {})) if admitted else REFERENCE_PLAN
+        winners.append(
+            Winner(
+                case_id=check.case,
+                case_key=tuple(check.key),
+                plan=plan,
+                admitted=admitted,
+                reason=f"validated here: {check.verdict}: {check.detail}",
+                study=ev.get("study", ""),
+                trial=ev.get("trial"),
+                space_hash=ev.get("space_hash", ""),
+                timing=o.timing if admitted and o else None,
+                peak_memory_bytes=o.peak_memory_bytes if admitted and o else None,
+                ref_peak_memory_bytes=o.ref_peak_memory_bytes if admitted and o else None,
+                seeds=o.seeds_checked if admitted and o else 0,
+                padded_seeds=o.padded_seeds_checked if admitted and o else 0,
+                worst_budget_share=(o.report.budget_share if admitted and o and o.report else None),
+            )
+        )
+    provenance = table_provenance(
+        selection,
+        command,
+        validated_from={
+            "table": table.source,
+            "version": table.version,
+            "content_hash": table.content_hash,
+            "versions": dict(table.provenance.get("versions", {})),
+            "device": dict(table.provenance.get("device", {})),
+        },
+    )
+    return write_table(out, table.profile, provenance, winners)
