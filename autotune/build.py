@@ -125,27 +125,21 @@ class _LayerWeights:
         "q",
         "qkv_b",
         "qkv_w",
-        "sources",
         "v",
     )
 
     def __init__(self, layer: Any, plan: Plan) -> None:
         att = layer.attention
         gdt = DTYPES.get(plan.gemm_precision)
-        self.sources: list[Tensor] = []  # parameters that derived tensors were made from
 
         def cast(t: Tensor) -> Tensor:
-            if gdt is None:
-                return t
-            self.sources.append(t)
-            return t.detach().to(gdt)
+            return t if gdt is None else t.detach().to(gdt)
 
         self.n1 = (layer.norm1.weight, layer.norm1.bias)
         self.n2 = (layer.norm2.weight, layer.norm2.bias)
         if plan.qkv == "packed":
             parts_w = [att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]
             parts_b = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
-            self.sources += parts_w + parts_b
             self.qkv_w = torch.cat([p.detach() for p in parts_w], 0)
             self.qkv_b = torch.cat([p.detach() for p in parts_b], 0)
             if gdt is not None:
@@ -159,13 +153,14 @@ class _LayerWeights:
         self.ffn_out_w, self.ffn_out_b = cast(layer.ffn_out.weight), cast(layer.ffn_out.bias)
 
 
-def _version(t: Tensor) -> int:
-    """A tensor's in-place version (inference tensors keep none: -1)."""
-    return -1 if t.is_inference() else t._version
-
-
 class CandidateTransformer(ReferenceTransformer):
-    """The reference's parameters with a forward that follows a plan."""
+    """The reference's parameters with a forward that follows a plan.
+
+    Derived weights (packed QKV, fp16 copies, fused-block views) and captured graphs are
+    made once per parameter version: ``load_state_dict`` and ``.to()``/``.cuda()`` bump
+    it; code that edits parameters in place otherwise calls ``refresh()``. The steady
+    state reads one integer, never the parameters.
+    """
 
     def __init__(self, config: TransformerConfig, plan: Plan, device: DeviceInfo) -> None:
         super().__init__(config)
@@ -175,7 +170,8 @@ class CandidateTransformer(ReferenceTransformer):
         self.plan = plan
         self.device_info = device
         self._weights: list[_LayerWeights] | None = None
-        self._weights_version: tuple[int, ...] | None = None
+        self._param_version = 0  # bumped by load_state_dict, .to() and refresh()
+        self._weights_version = -1  # the parameter version _weights were made at
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
         self._block: Any = None  # fused-block weights (views of the parameters)
         self.last_route: str = ""
@@ -186,25 +182,26 @@ class CandidateTransformer(ReferenceTransformer):
         self._norm_backend = backends.get("layernorm", plan.layernorm)
         self._ffn_backend = backends.get("ffn_act", plan.ffn_act)
         self._layer_backend = backends.get("fused_block", plan.fused_block)
+        self._classify = self._attention_backend.needs_mask_kind(plan) or (
+            self._layer_backend.fused
+        )
+        self.register_load_state_dict_post_hook(lambda module, keys: module.refresh())
         self._core: Callable[..., Tensor] = self._forward_core
         if plan.compile != "none":
             _raise_dynamo_limits()
             self._core = torch.compile(self._forward_core, mode=plan.compile, dynamic=False)
 
     # --- weights --------------------------------------------------------------------
-    def _weight_version(self) -> tuple[int, ...]:
-        """Versions and storage of the parameters that derived tensors were made from."""
-        if self._weights is None:
-            return ()
-        return tuple(
-            v for w in self._weights for p in w.sources for v in (_version(p), p.data_ptr())
-        )
+    def refresh(self) -> None:
+        """The parameters changed (in place): derived weights and graphs are remade."""
+        self._param_version += 1
 
     def prepared_weights(self) -> list[_LayerWeights]:
-        if self._weights is None or self._weight_version() != self._weights_version:
+        if self._weights is None or self._weights_version != self._param_version:
             with torch.no_grad():
                 self._weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
-            self._weights_version = self._weight_version()
+            self._weights_version = self._param_version
+            self._block = None
             self._graphs.clear()  # graphs read derived weights captured at this version
         return self._weights
 
@@ -213,6 +210,7 @@ class CandidateTransformer(ReferenceTransformer):
         self._weights = None
         self._block = None
         self._graphs.clear()
+        self.refresh()
         return super()._apply(fn, recurse)
 
     # --- forward --------------------------------------------------------------------
@@ -225,9 +223,11 @@ class CandidateTransformer(ReferenceTransformer):
                 f"valid_token_mask must be {tuple(x.shape[:2])}, got "
                 f"{tuple(valid_token_mask.shape)}"
             )
-        if self.plan.mask == "elide" or self.plan.fused_block:
-            # The fused block takes right padding as key lengths: the mask is classified
-            # (verified on its values) and a general mask takes the unfused path.
+        if self._classify:
+            # Dropping a mask proven a no-op (SDPA and reference attention with
+            # mask=elide), and the fused block (right padding as key lengths, a general
+            # mask takes the unfused path), need the mask's kind: one host sync. The
+            # Triton attention applies any mask on the device and needs none.
             kind = classify_mask(valid_token_mask)
         else:
             kind = MASK_NONE if valid_token_mask is None else MASK_GENERAL
@@ -370,10 +370,10 @@ class CandidateTransformer(ReferenceTransformer):
         if kind == MASK_GENERAL and not backend.general_masks:
             backend = backends.attention("reference")  # the reference's arithmetic serves
         call = AttentionCall(q, k, v, mask, kind, self.plan, self.config, self.guard_log)
-        out = self._linear(backend.attend(call), w.out_w, w.out_b)
-        if mask is not None:
-            out = out.masked_fill(~mask.unsqueeze(-1), 0.0)
-        return out
+        # The reference zeroes the padded rows of this output; they reach nothing a valid
+        # row reads (keys are masked, rows are independent) and the layer's end zeroes
+        # them in x: the same result, two kernels fewer per layer.
+        return self._linear(backend.attend(call), w.out_w, w.out_b)
 
 
 class _CapturedForward:

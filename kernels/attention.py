@@ -65,10 +65,12 @@ def attention_reference(
     *,
     causal: bool,
     key_lengths: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     scale: float | None = None,
     query_rows: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Plain PyTorch attention following REFERENCE.md steps 2-6; returns ``[B, S, H, hd]``.
+    ``key_mask`` [B, S] bool: keys marked False are masked (the reference's key mask).
 
     Materialises the scores. ``query_rows`` (1-D int tensor of query positions) restricts
     the computation to those rows (returns ``[B, len(query_rows), H, hd]``), which keeps
@@ -89,6 +91,8 @@ def attention_reference(
     if key_lengths is not None:
         valid = keys[None, :] < key_lengths.to(q.device)[:, None]  # [B, S]
         scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask.to(q.device)[:, None, None, :], float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
     return (probs @ vh).transpose(1, 2).contiguous()
 
@@ -113,8 +117,10 @@ def _attend_key_block(
     kv_len,
     head_dim,
     qk_scale,
+    km_base,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
     EVEN_D: tl.constexpr,
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
@@ -125,6 +131,7 @@ def _attend_key_block(
     """One online-softmax step over keys ``[start_n, start_n + BLOCK_N)``.
 
     MASKED=False is only used for blocks where every key is valid for every query row.
+    HAS_KEY_MASK (only with MASKED): keys whose byte at ``km_base`` is 0 are masked.
     """
     offs_n = start_n + offs_n0
     d_ok = offs_d < head_dim
@@ -142,6 +149,8 @@ def _attend_key_block(
     qk = qk * qk_scale  # log2 domain: scale * log2(e)
     if MASKED:
         valid = n_ok[None, :]
+        if HAS_KEY_MASK:
+            valid = valid & (tl.load(km_base + offs_n, mask=n_ok, other=0) != 0)[None, :]
         if CAUSAL:
             valid = valid & (offs_n[None, :] <= offs_m[:, None])
         qk = tl.where(valid, qk, float("-inf"))
@@ -174,6 +183,8 @@ def _attention_fwd_kernel(
     v_ptr,
     o_ptr,
     key_lengths_ptr,
+    key_mask_ptr,
+    stride_mb,
     stride_qb,
     stride_qs,
     stride_qh,
@@ -192,6 +203,7 @@ def _attention_fwd_kernel(
     qk_scale,
     CAUSAL: tl.constexpr,
     HAS_KEY_LENGTHS: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -211,6 +223,7 @@ def _attention_fwd_kernel(
     k_base = k_ptr + off_b * stride_kb + off_h * stride_kh
     v_base = v_ptr + off_b * stride_vb + off_h * stride_vh
     o_base = o_ptr + off_b * stride_ob + off_h * stride_oh
+    km_base = key_mask_ptr + off_b * stride_mb
 
     start_m = pid_m * BLOCK_M
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -238,6 +251,8 @@ def _attention_fwd_kernel(
         hi = kv_len
         full_hi = kv_len
     full_hi = (full_hi // BLOCK_N) * BLOCK_N
+    if HAS_KEY_MASK:  # any key may be masked: every block takes the masked step
+        full_hi = 0
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -259,8 +274,10 @@ def _attention_fwd_kernel(
             kv_len,
             head_dim,
             qk_scale,
+            km_base,
             False,
             CAUSAL,
+            False,
             EVEN_D,
             PRECISION,
             EMULATE_BF16_DOT,
@@ -285,8 +302,10 @@ def _attention_fwd_kernel(
             kv_len,
             head_dim,
             qk_scale,
+            km_base,
             True,
             CAUSAL,
+            HAS_KEY_MASK,
             EVEN_D,
             PRECISION,
             EMULATE_BF16_DOT,
@@ -432,6 +451,19 @@ def _check_key_lengths(key_lengths: torch.Tensor, batch: int) -> None:
         raise ValueError("key_lengths must be contiguous; call .contiguous()")
 
 
+def _key_mask_bytes(key_mask: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
+    """A bool [B, S] mask as bytes the kernel reads (a view: no copy for a contiguous one)."""
+    if key_mask.dtype != torch.bool:
+        raise ValueError(f"key_mask has dtype {key_mask.dtype}; pass a bool [B, S] tensor")
+    if tuple(key_mask.shape) != (batch, seq_len):
+        raise ValueError(
+            f"key_mask has shape {tuple(key_mask.shape)}; expected ({batch}, {seq_len})"
+        )
+    if key_mask.stride(-1) != 1:
+        key_mask = key_mask.contiguous()
+    return key_mask.view(torch.uint8)
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -439,6 +471,7 @@ def attention(
     *,
     causal: bool,
     key_lengths: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     scale: float | None = None,
     out: torch.Tensor | None = None,
     block_m: int = 64,
@@ -449,9 +482,12 @@ def attention(
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``).
 
-    Query rows with no valid key at all (``key_lengths[b] <= 0``) give 0 here where
-    the reference gives NaN. The launcher does not synchronise the device (safe to use
-    inside CUDA graph capture); it does not check that ``out`` does not alias k or v.
+    ``key_lengths`` [B]: keys at or past a row's length are masked (right padding).
+    ``key_mask`` [B, S] bool (True = a real token): any key may be masked, exactly the
+    reference's key mask, whatever its pattern; it is read on the device (no host sync).
+    Query rows with no valid key at all give 0 here where the reference gives NaN. The
+    launcher does not synchronise the device (safe to use inside CUDA graph capture); it
+    does not check that ``out`` does not alias k or v.
     """
     check_precision(precision)
     check_qkv(q, k, v, precision)
@@ -473,6 +509,10 @@ def attention(
     if key_lengths is not None:
         _check_key_lengths(key_lengths, batch)
         tensors["key_lengths"] = key_lengths
+    mask_bytes = None
+    if key_mask is not None:
+        mask_bytes = _key_mask_bytes(key_mask, batch, seq_len)
+        tensors["key_mask"] = mask_bytes
     check_launch_device(_attention_fwd_kernel, tensors)
     check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
     scale = head_dim**-0.5 if scale is None else float(scale)
@@ -488,6 +528,8 @@ def attention(
         v,
         out,
         key_lengths if key_lengths is not None else q,
+        mask_bytes if mask_bytes is not None else q,
+        mask_bytes.stride(0) if mask_bytes is not None else 0,
         q.stride(0),
         q.stride(1),
         q.stride(2),
@@ -506,6 +548,7 @@ def attention(
         scale * LOG2_E,
         CAUSAL=bool(causal),
         HAS_KEY_LENGTHS=key_lengths is not None,
+        HAS_KEY_MASK=mask_bytes is not None,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_D=block_d,

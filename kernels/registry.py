@@ -93,11 +93,12 @@ class AttentionCase:
     padded: bool = False
     block_m: int = 16
     block_n: int = 16
+    key_mask: bool = False  # a general [B, S] key mask (any pattern), read on the device
 
     @property
     def name(self) -> str:
         mask = "causal" if self.causal else "full"
-        pad = "-padded" if self.padded else ""
+        pad = "-padded" if self.padded else ("-masked" if self.key_mask else "")
         return (
             f"attention/{mask}{pad}/B{self.batch}-S{self.seq_len}-H{self.num_heads}-"
             f"hd{self.head_dim}/bm{self.block_m}-bn{self.block_n}/{self.precision}"
@@ -115,8 +116,14 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
     if case.padded:
         key_lengths = torch.randint(1, s + 1, (b,), generator=gen, dtype=torch.int32)
         key_lengths[0] = max(1, s // 3)
+    key_mask = None
+    if case.key_mask:  # holes anywhere; key 0 kept so every causal row sees a key
+        key_mask = torch.rand(b, s, generator=gen) < 0.6
+        key_mask[:, 0] = True
     q, k, v = qkv.view(b, s, 3, h, hd).unbind(2)
-    reference = attention_reference(q, k, v, causal=case.causal, key_lengths=key_lengths)
+    reference = attention_reference(
+        q, k, v, causal=case.causal, key_lengths=key_lengths, key_mask=key_mask
+    )
 
     q_dev, k_dev, v_dev = qkv.to(device).view(b, s, 3, h, hd).unbind(2)
     out = torch.full((b, s, h * hd), float("nan"), device=device)
@@ -126,6 +133,7 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
         v_dev,
         causal=case.causal,
         key_lengths=None if key_lengths is None else key_lengths.to(device),
+        key_mask=None if key_mask is None else key_mask.to(device),
         out=out.view(b, s, h, hd),
         block_m=case.block_m,
         block_n=case.block_n,
@@ -143,6 +151,8 @@ ATTENTION_CASES = (
     AttentionCase(2, 37, 2, 24, causal=True, precision="fp16", block_m=16, block_n=32),
     AttentionCase(1, 64, 2, 32, causal=True, precision="tf32", padded=True, block_n=32),
     AttentionCase(2, 37, 1, 8, causal=False, precision="bf16", padded=True),
+    AttentionCase(2, 37, 2, 32, causal=True, precision="fp16", key_mask=True, block_n=32),
+    AttentionCase(2, 45, 2, 24, causal=False, precision="tf32", key_mask=True),
 )
 
 

@@ -233,3 +233,78 @@ def test_fused_block_takes_a_general_mask_down_the_unfused_path(cpu_device) -> N
             assert route in cand.last_route
     reasons = not_supported_reasons(Plan(fused_block=True, gemm_precision="fp16"), cfg, cpu_device)
     assert any("one operand precision" in r for r in reasons)
+
+
+def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:
+    gen = torch.Generator().manual_seed(5)
+    holes = torch.rand(b, s, generator=gen) < 0.7
+    holes[:, 0] = True
+    lengths = torch.tensor([s, s - 3][:b])
+    return {
+        "none": None,
+        "all-true": torch.ones(b, s, dtype=torch.bool),
+        "right-padded": torch.arange(s)[None, :] < lengths[:, None],
+        "left-padded": torch.arange(s)[None, :] >= (s - lengths)[:, None],
+        "holes": holes,
+    }
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_triton_attention_plan_never_reads_the_mask_on_the_host(
+    causal, cpu_device, monkeypatch
+) -> None:
+    """The Triton attention applies any key mask on the device: no call classifies the
+    mask (one host sync each), and every kind of mask gives the reference's output."""
+    import autotune.build as build
+
+    def refuse(mask):
+        raise AssertionError("classify_mask called: a host sync per call")
+
+    monkeypatch.setattr(build, "classify_mask", refuse)
+    cfg = TransformerConfig(2, 19, 32, 2, 48, 2, causal)
+    torch.manual_seed(3)
+    ref = ReferenceTransformer(cfg).eval()
+    plan = Plan(attention="triton", mask="elide", attn_block_m=16, attn_block_n=16)
+    cand = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 19, 32)
+    for name, mask in _masks(2, 19).items():
+        xm = x if mask is None else x.masked_fill(~mask[..., None], 0.0)
+        with torch.inference_mode():
+            report = check_outputs(cand(xm, mask), ref(xm, mask))
+        assert report.passed, f"{name}: {report.summary()}"
+
+
+def test_parameters_are_read_once_per_version_and_refresh_remakes_them(
+    cpu_device, monkeypatch
+) -> None:
+    import autotune.build as build
+
+    made = []
+    original = build._LayerWeights.__init__
+
+    def counting(self, layer, plan):
+        made.append(1)
+        original(self, layer, plan)
+
+    monkeypatch.setattr(build._LayerWeights, "__init__", counting)
+    cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
+    torch.manual_seed(0)
+    ref = ReferenceTransformer(cfg).eval()
+    cand = build_candidate(Plan(qkv="packed"), cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 8, 16)
+    with torch.inference_mode():
+        for _ in range(3):
+            cand(x)
+    assert len(made) == 2  # two layers, once: the steady state reads no parameters
+    with torch.no_grad():
+        for p in cand.parameters():
+            p.mul_(0.5)  # edited in place: the packed copies are stale until refresh()
+    cand.refresh()
+    with torch.inference_mode():
+        ref.load_state_dict(cand.state_dict())
+        assert check_outputs(cand(x), ref(x)).passed
+    assert len(made) == 4
+    cand.load_state_dict(ReferenceTransformer(cfg).state_dict())
+    with torch.inference_mode():
+        cand(x)
+    assert len(made) == 6  # load_state_dict bumps the version itself

@@ -233,7 +233,7 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
 
     fast = TimingSettings(warmup=2, rounds=3, reps=5)
     original = bench_mod.bench_case.__defaults__
-    bench_mod.bench_case.__defaults__ = (fast, None)
+    bench_mod.bench_case.__defaults__ = (fast, *original[1:])
     try:
         assert (
             cli(f"bench --table {pipeline['table']!s} --gpu cpu --csv {tmp_path / 'b.csv'!s}") == 0
@@ -303,7 +303,7 @@ def test_validate_on_another_device_notes_it_and_says_what_cannot_run(capsys) ->
     assert cli(f"validate --table {table} --gpu cpu --quick --cases 1-2 {flags}") == 0
 
 
-def test_bench_anchors_are_measured_in_their_own_processes(pipeline, capsys) -> None:
+def test_bench_anchors_are_timed_in_the_same_run_as_the_table(pipeline, capsys) -> None:
     assert (
         cli(
             f"bench --table {pipeline['table']} --gpu cpu --cases smoke-1 "
@@ -386,7 +386,8 @@ def _fast_bench(monkeypatch) -> None:
     from autotune.measure import TimingSettings
 
     fast = TimingSettings(warmup=2, rounds=3, reps=5)
-    monkeypatch.setattr(bench_mod.bench_case, "__defaults__", (fast, None))
+    rest = bench_mod.bench_case.__defaults__[1:]
+    monkeypatch.setattr(bench_mod.bench_case, "__defaults__", (fast, *rest))
 
 
 def _edited(pipeline, tmp_path) -> Path:
@@ -537,3 +538,26 @@ def test_workers_show_a_progress_bar(tmp_path, capsys) -> None:
     assert cli(study) == 0
     out = capsys.readouterr().out
     assert "case smoke-1" in out and "trial" in out and "2/2" in out
+
+
+def test_bench_csv_is_appended_per_case_and_a_rerun_skips_the_cases_it_holds(
+    pipeline, tmp_path, capsys, monkeypatch
+) -> None:
+    from autotune.tools.bench import read_csv
+
+    _fast_bench(monkeypatch)
+    out = tmp_path / "bench.csv"
+    table = pipeline["table"]
+    assert cli(f"bench --table {table} --gpu cpu --cases smoke-1 --csv {out}") == 0
+    (first,) = read_csv(out)
+    assert first.case == "smoke-1" and first.table_hash == load_table(table).content_hash
+    capsys.readouterr()
+    assert cli(f"bench --table {table} --gpu cpu --cases smoke-1,smoke-3 --csv {out}") == 0
+    printed = capsys.readouterr().out
+    assert "(from the CSV)" in printed  # smoke-1 is not timed again
+    rows = read_csv(out)
+    assert [r.case for r in rows] == ["smoke-1", "smoke-3"] and rows[0] == first
+    assert "geometric mean" in printed and "over 2 cases" in printed
+    other = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math"})
+    assert cli(f"bench --table {other} --gpu cpu --cases smoke-1 --csv {out}") == 2
+    assert "rows of another table" in capsys.readouterr().err

@@ -222,3 +222,36 @@ def test_serving_imports_without_the_tuning_stack() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OK" in out.stdout
+
+
+def test_the_steady_state_resolves_each_call_key_once(table, monkeypatch) -> None:
+    """Route, contract and candidate are worked out on a call key's first call and then
+    looked up; a new shape or other flags are a new key."""
+    import autotune.runtime.dispatch as dispatch
+
+    resolved = []
+    original = dispatch.DispatchedTransformer._resolve
+
+    def counting(self, x, mask):
+        resolved.append(tuple(x.shape))
+        return original(self, x, mask)
+
+    monkeypatch.setattr(dispatch.DispatchedTransformer, "_resolve", counting)
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    mask = torch.ones(2, 16, dtype=torch.bool)
+    with serving():
+        outs = [model(x, mask) for _ in range(4)]
+        assert model.last_route.plan is not None  # the tuned entry served
+        model(torch.randn(3, 16, 32), torch.ones(3, 16, dtype=torch.bool))
+    assert resolved == [(2, 16, 32), (3, 16, 32)]
+    with serving():
+        assert all(check_outputs(o, ref(x, mask)).passed for o in outs)
+    from autotune.core.reference import ReferenceTransformer
+
+    torch.manual_seed(9)
+    other = ReferenceTransformer(CASE.config).eval()
+    model.load_state_dict(other.state_dict())  # new weights: the plan remakes what it derived
+    with serving():
+        assert check_outputs(model(x, mask), other(x, mask)).passed
+        assert not check_outputs(model(x, mask), ref(x, mask)).passed

@@ -82,6 +82,12 @@ class AttentionBackend(Backend):
             ]
         return []
 
+    def needs_mask_kind(self, plan: Any) -> bool:
+        """Whether a call must know the mask's kind (none, right-padded, general), which
+        is read on the host (one sync): to drop a mask proven a no-op (``mask=elide``), or
+        to send a general mask elsewhere (``general_masks`` False)."""
+        return plan.mask == "elide" or not self.general_masks
+
     def attend(self, call: AttentionCall) -> Tensor:
         """The attention context ``[B, S, D]`` in float32, before ``out_proj``."""
         raise NotImplementedError

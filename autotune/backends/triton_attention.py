@@ -1,5 +1,6 @@
 """The project's fused Triton attention (``kernels.attention``): online softmax, scores
-never stored; right padding as key lengths, a general mask takes the reference path."""
+never stored; any key mask applied on the device, so no call inspects the mask on the
+host (no sync), whatever ``mask`` says."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from autotune.backends.base import MASK_RIGHT_PADDED, AttentionBackend, AttentionCall, register
+from autotune.backends.base import AttentionBackend, AttentionCall, register
 from autotune.backends.precision import triton_precision
 from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
@@ -44,7 +45,9 @@ class TritonAttention(AttentionBackend):
     rank = 5
     needs = "CUDA with triton, or TRITON_INTERPRET=1 on the CPU"
     triton = True
-    general_masks = False
+
+    def needs_mask_kind(self, plan: Any) -> bool:
+        return False
 
     def kernel_reasons(
         self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
@@ -57,18 +60,13 @@ class TritonAttention(AttentionBackend):
         c = call.config
         b, s, d = call.q.shape
         shape = (b, s, c.num_heads, c.head_dim)
-        lengths = None
-        # Causal + right padding: valid rows never see a padded key, so the key mask is a
-        # no-op there; non-causal right padding is a key-length bound.
-        if call.mask is not None and not (c.causal and call.kind == MASK_RIGHT_PADDED):
-            lengths = call.mask.sum(dim=1, dtype=torch.int32)
         out = torch.empty(b, s, d, device=call.q.device, dtype=torch.float32)
         attention(
             call.q.view(shape),
             call.k.view(shape),
             call.v.view(shape),
             causal=c.causal,
-            key_lengths=lengths,
+            key_mask=call.mask,  # exact for every mask; None: no mask
             out=out.view(shape),
             **tiles(call.plan).kwargs(),
             precision=triton_precision(call.plan.attn_precision),

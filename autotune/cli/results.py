@@ -13,7 +13,7 @@ from autotune.cli.common import CliError, add_gpu, add_storage, open_storage, se
 def cmd_bench(args: argparse.Namespace) -> int:
     from autotune.core.cases import select_cases
     from autotune.runtime import compatibility_problems, load_table
-    from autotune.tools.bench import anchor_names, bench_table, summarise, table_cases, write_csv
+    from autotune.tools.bench import anchor_names, bench_table, summarise, table_cases
 
     table = load_table(args.table)
     anchors = anchor_names(args.anchors)
@@ -33,12 +33,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         baseline=baseline,
         anchors=anchors,
         refused=bool(refused),
+        hot_path=args.hot_path,
+        csv_path=args.csv,
         emit=lambda line: print(line, flush=True),
     )
     print(summarise(rows))
     if args.csv:
-        write_csv(rows, args.csv)
-        print(f"wrote {args.csv}")
+        print(f"wrote {args.csv} (a row per case, appended as each ended)")
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0
 
 
@@ -168,11 +169,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         nargs="?",
         const="all",
         help="also the anchors a user would pick (sdpa, sdpa+reduce-overhead, "
-        "max-autotune; default all), each against the reference in its own process",
+        "max-autotune; default all), built and timed in the same run as the table",
+    )
+    p.add_argument(
+        "--hot-path",
+        action="store_true",
+        help="also the table's host microseconds per call, device microseconds and kernels "
+        "per forward (profiler), the ceiling, and whether steady calls sync (CUDA)",
     )
     add_gpu(p)
     p.set_defaults(gpu="auto")
-    p.add_argument("--csv", help="also write the rows as CSV")
+    p.add_argument(
+        "--csv",
+        help="append each case's row to this CSV as it ends; cases it already holds for "
+        "this table are not run again (resumable across calls)",
+    )
     p.add_argument(
         "--allow-reference",
         action="store_true",

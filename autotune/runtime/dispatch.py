@@ -111,13 +111,24 @@ class DispatchedTransformer(ReferenceTransformer):
         self._candidates: dict[tuple[Any, ...], CandidateTransformer] = {}
         self._devices: dict[torch.device, tuple[DeviceInfo, tuple[str, ...]]] = {}
         self._routes: dict[tuple[Any, ...], Route] = {}
+        # The steady state: per call key (shapes, dtypes, device, grad mode, flags), the
+        # route and the module serving it, resolved once and then looked up.
+        self._served: dict[tuple[Any, ...], tuple[Route, CandidateTransformer | None]] = {}
         self._warned = False  # the table refused as a whole: said once
         self._warned_contract = False  # a tuned entry skipped for the contract: said once
         self.last_route: Route | None = None
+        self.register_load_state_dict_post_hook(lambda module, keys: module.refresh())
+
+    def refresh(self) -> None:
+        """The parameters changed in place: the plans remake their derived weights and
+        graphs (``load_state_dict`` and ``.to()`` do this themselves)."""
+        for cand in self._candidates.values():
+            cand.refresh()
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         self._candidates.clear()  # they read our parameters; graphs must be re-captured
         self._routes.clear()
+        self._served.clear()
         return super()._apply(fn, recurse)
 
     def _device(self, device: torch.device) -> tuple[DeviceInfo, tuple[str, ...]]:
@@ -204,7 +215,7 @@ class DispatchedTransformer(ReferenceTransformer):
             f"and the reference served, because {'; and '.join(problems)}. Fix: "
             f"{SERVING_FIX} (torch.inference_mode() with the official flags). Warned once "
             "per model; explain(x, mask) gives every reason.",
-            stacklevel=5,  # the caller's line: past forward and nn.Module's two call frames
+            stacklevel=6,  # the caller's line: past _resolve, forward and nn.Module's frames
         )
         self._warned_contract = True
 
@@ -222,8 +233,20 @@ class DispatchedTransformer(ReferenceTransformer):
         return cand
 
     def forward(self, x: Tensor, valid_token_mask: Tensor | None = None) -> Tensor:
+        key = _call_key(x, valid_token_mask)
+        served = self._served.get(key)
+        if served is None:
+            served = self._served[key] = self._resolve(x, valid_token_mask)
+        self.last_route, cand = served
+        if cand is None:
+            return super().forward(x, valid_token_mask)
+        return cand(x, valid_token_mask)
+
+    def _resolve(
+        self, x: Tensor, valid_token_mask: Tensor | None
+    ) -> tuple[Route, CandidateTransformer | None]:
+        """The first call of a call key: its route, the module that serves it, warnings."""
         route = self.explain(x, valid_token_mask)
-        self.last_route = route
         if route.plan is None:
             if (
                 self.table is not None
@@ -233,12 +256,28 @@ class DispatchedTransformer(ReferenceTransformer):
                 warnings.warn(
                     f"dispatch table {self.table.source} refused, the reference "
                     f"serves: {'; '.join(route.reasons)}",
-                    stacklevel=2,
+                    stacklevel=4,
                 )
                 self._warned = True
             elif self.table is not None and not self._warned_contract:
                 self._warn_contract(route, x.device)
-            return super().forward(x, valid_token_mask)
+            return route, None
         info, _ = self._device(x.device)
         assert route.key is not None
-        return self._candidate(route.key, route.plan, info)(x, valid_token_mask)
+        return route, self._candidate(route.key, route.plan, info)
+
+
+def _call_key(x: Tensor, mask: Tensor | None) -> tuple[Any, ...]:
+    """Everything a route depends on besides the table and the weights: read per call, in
+    a few microseconds, never the tensors' values."""
+    return (
+        x.shape,
+        x.dtype,
+        x.device,
+        None if mask is None else (mask.shape, mask.dtype),
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        matmul_precision(),
+    )

@@ -9,11 +9,13 @@ import math
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from autotune.core.cases import Case, case_sort_key
 from autotune.core.device import DeviceInfo
+from autotune.core.outcome import OutcomeKind
 from autotune.core.profiles import ProfileSelection
 from autotune.core.reference import official_settings
 from autotune.evaluate import Candidate, evaluate_many
@@ -41,10 +43,18 @@ class BenchRow:
     baseline_ms: float | None = None  # --baseline: another table, same interleaved run
     baseline_speedup: float | None = None
     table_vs_baseline: float | None = None  # baseline median / table median
-    # --anchors: name -> (verdict, speedup over the reference or None), each measured
-    # against the reference in its own process (fresh Dynamo caches and limits).
+    # --anchors: name -> (verdict, speedup over the reference or None), and each passing
+    # anchor's median ms, timed interleaved with the reference and the table in one run.
     anchors: dict[str, tuple[str, float | None]] = dataclasses.field(default_factory=dict)
+    anchor_ms: dict[str, float] = dataclasses.field(default_factory=dict)
     detail: str = ""  # why a candidate that did not pass could not run
+    table_hash: str = ""  # the content hash of the table benched (rows of one table only)
+    # --hot-path (CUDA): the table's forward, where its time goes
+    host_us: float | None = None  # host time per call, calls issued back to back
+    gpu_us: float | None = None  # device time per forward (profiler, kernels + copies)
+    kernels: float | None = None  # device kernels per forward
+    ceiling: float | None = None  # reference median / gpu time: the speedup with no host cost
+    sync_free: str = ""  # "yes", or the first host synchronisation a steady call made
 
     def best_anchor(self) -> tuple[str, float] | None:
         passing = [(n, s) for n, (v, s) in self.anchors.items() if v == "PASS" and s]
@@ -65,21 +75,29 @@ def bench_case(
     table: DispatchTable,
     timing: TimingSettings = OFFICIAL_TIMING,
     baseline: DispatchTable | None = None,
+    anchors: list[str] | None = None,
+    hot_path: bool = False,
 ) -> BenchRow:
+    """One case in one process: the reference, the table's dispatcher, the baseline
+    table's and every anchor, each gated on the official seeds, then timed interleaved
+    with the official loop (absolute medians, each over this one reference)."""
     if case.regime == "infeasible-dense":
         return BenchRow(case.id, "-", "SKIP (the dense reference cannot run this shape)")
     bench = CaseBench(case, device)
     model = _dispatcher(case, bench, table, device)
-    candidates = [Candidate("table", model)]
+    candidates: list[Any] = [Candidate("table", model)]
     if baseline is not None:
         candidates.append(Candidate("baseline", _dispatcher(case, bench, baseline, device)))
+    names = list(anchors or [])
+    candidates += [ANCHORS[n] for n in names]
     x, mask = bench.timing_inputs()
     with official_settings(), torch.inference_mode():
-        routes = [str(c.module.explain(x, mask)) for c in candidates]
-    outcomes = evaluate_many(bench, candidates, timing=timing, gate=BENCH_GATE)
-    bench.release()
-    for outcome, route, prefix in zip(outcomes, routes, ("", "baseline: "), strict=False):
+        routes = [str(c.module.explain(x, mask)) for c in candidates if isinstance(c, Candidate)]
+    outcomes = evaluate_many(bench, candidates, timing=timing, gate=BENCH_GATE, prune=False)
+    mine = outcomes[: len(routes)]
+    for outcome, route, prefix in zip(mine, routes, ("", "baseline: ")[: len(routes)], strict=True):
         if not outcome.passed or outcome.timing is None:
+            bench.release()
             report = outcome.report
             return BenchRow(
                 case.id,
@@ -88,8 +106,9 @@ def bench_case(
                 worst_share=report.budget_share if report else None,
                 failed_elements=report.n_failed if report else 0,
                 detail="" if report else f"{outcome.kind.value}: {outcome.message}",
+                table_hash=table.content_hash,
             )
-    table_out = outcomes[0]
+    table_out = mine[0]
     stats = table_out.timing
     assert stats is not None
     mib = 2**20
@@ -105,13 +124,66 @@ def bench_case(
         table_out.peak_memory_bytes / mib if table_out.peak_memory_bytes else None,
         table_out.report.budget_share if table_out.report else None,
         0,
+        table_hash=table.content_hash,
     )
-    if baseline is not None and outcomes[1].timing is not None:
-        base = outcomes[1].timing
+    if baseline is not None and mine[1].timing is not None:
+        base = mine[1].timing
         row.baseline_ms = base.cand_median_ms
         row.baseline_speedup = base.speedup
         row.table_vs_baseline = base.cand_median_ms / stats.cand_median_ms
+    for name, outcome in zip(names, outcomes[len(routes) :], strict=True):
+        if outcome.passed and outcome.timing is not None:
+            row.anchors[name] = ("PASS", outcome.timing.speedup)
+            row.anchor_ms[name] = outcome.timing.cand_median_ms
+        elif outcome.kind is OutcomeKind.WRONG_RESULT:
+            row.anchors[name] = ("FAIL", None)
+        else:
+            row.anchors[name] = (outcome.kind.value, None)
+    if hot_path and device.type == "cuda":
+        with official_settings(), torch.inference_mode():
+            spent = measure_hot_path(lambda: model(x, mask))
+        row.host_us, row.gpu_us, row.kernels, row.sync_free = spent
+        row.ceiling = stats.ref_median_ms * 1e3 / row.gpu_us if row.gpu_us else None
+    bench.release()
     return row
+
+
+def measure_hot_path(
+    fn: Callable[[], Any], calls: int = 20, profiled: int = 10
+) -> tuple[float, float, float, str]:
+    """A warm forward's cost on CUDA: host microseconds per call (``calls`` issued back
+    to back after a synchronisation, none inside), device microseconds and kernels per
+    forward (profiler over ``profiled`` forwards: kernels, copies and sets), and whether
+    steady calls are free of host synchronisation (``set_sync_debug_mode("error")``)."""
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - t0) / calls * 1e6
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(profiled):
+            fn()
+        torch.cuda.synchronize()
+    device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu = sum(float(getattr(e, "device_time", None) or e.cuda_time) for e in device_events)
+    kernels = sum(1 for e in device_events if not e.name.lower().startswith(("memcpy", "memset")))
+    sync_free = "yes"
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            fn()
+    except RuntimeError as exc:
+        sync_free = "no: " + str(exc).strip().splitlines()[0][:120]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+    return host, gpu / profiled, kernels / profiled, sync_free
 
 
 ANCHORS: dict[str, Plan] = {
@@ -119,41 +191,6 @@ ANCHORS: dict[str, Plan] = {
     "sdpa+reduce-overhead": Plan(attention="sdpa_auto", compile="reduce-overhead"),
     "max-autotune": Plan(attention="sdpa_auto", compile="max-autotune"),
 }
-
-
-def bench_anchors(
-    case: Case,
-    selection: ProfileSelection,
-    names: list[str],
-    timing: TimingSettings = OFFICIAL_TIMING,
-    timeout: float = 900.0,
-) -> dict[str, tuple[str, float | None]]:
-    """What a user would reach for instead, each paired with the reference in a fresh
-    process: a failing anchor is reported as failing, never timed as a win."""
-    from autotune.search.runner import TrialRunner
-
-    out: dict[str, tuple[str, float | None]] = {}
-    for name in names:
-        runner = TrialRunner(
-            {
-                "profile": selection.profile.name,
-                "emulated": selection.emulated,
-                "case": case.as_dict(),
-                "env": {},
-            },
-            trial_timeout=timeout,
-        )
-        try:
-            outcome = runner.evaluate(ANCHORS[name].to_dict(), dataclasses.asdict(timing))
-        finally:
-            runner.close()
-        if outcome.passed and outcome.timing is not None:
-            out[name] = ("PASS", outcome.timing.speedup)
-        elif outcome.kind.value == "wrong_result":
-            out[name] = ("FAIL", None)
-        else:
-            out[name] = (outcome.kind.value, None)
-    return out
 
 
 ROW_HEADER = (
@@ -214,9 +251,11 @@ def summarise(rows: list[BenchRow]) -> str:
             cells = []
             for n in names:
                 verdict, speed = r.anchors.get(n, ("-", None))
-                cells.append(
-                    f"{speed:>21.2f}x" if verdict == "PASS" and speed else f"{verdict:>22}"
-                )
+                ms = r.anchor_ms.get(n)
+                if verdict == "PASS" and speed:
+                    cells.append(f"{f'{speed:.2f}x' + (f' {ms:.3f}ms' if ms else ''):>22}")
+                else:
+                    cells.append(f"{verdict:>22}")
             best = r.best_anchor()
             ratio = r.speedup / best[1] if best and r.speedup else None
             if ratio:
@@ -232,6 +271,19 @@ def summarise(rows: list[BenchRow]) -> str:
                 f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x, "
                 f"worst {min(ratios):.2f}x"
             )
+    if any(r.host_us for r in rows):
+        lines.append("")
+        lines.append(
+            f"{'case':<8} {'table ms':>9} {'host us/call':>13} {'GPU us/fwd':>11} "
+            f"{'kernels':>8} {'ceiling':>8}  sync-free"
+        )
+        for r in rows:
+            if r.host_us is not None:
+                lines.append(
+                    f"{r.case:<8} {r.table_ms or 0:>9.3f} {r.host_us:>13.1f} "
+                    f"{r.gpu_us or 0:>11.1f} {r.kernels or 0:>8.0f} "
+                    f"{r.ceiling or 0:>7.1f}x  {r.sync_free}"
+                )
     if timed:
         geo = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed))
         worst = min(timed, key=lambda r: r.speedup)
@@ -243,16 +295,77 @@ def summarise(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
+CSV_FIELDS = [f.name for f in dataclasses.fields(BenchRow)]
+_JSON_FIELDS = ("anchors", "anchor_ms")
+
+
 def write_csv(rows: list[BenchRow], path: str | Path) -> None:
+    """All rows, written atomically."""
+    from autotune.core.files import write_atomic
+
+    write_atomic(Path(path), "".join([_csv_text(None), *(_csv_text(r) for r in rows)]))
+
+
+def append_csv(row: BenchRow, path: str | Path) -> None:
+    """One case's row, appended as soon as the case ends (a run cut short keeps its rows);
+    the header is written with the first row."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=[f.name for f in dataclasses.fields(BenchRow)])
+    new = not path.is_file() or path.stat().st_size == 0
+    with path.open("a", newline="") as fh:
+        fh.write((_csv_text(None) if new else "") + _csv_text(row))
+        fh.flush()
+
+
+def read_csv(path: str | Path) -> list[BenchRow]:
+    """The rows of a bench CSV (the ones this version writes)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open(newline="") as fh:
+        for data in csv.DictReader(fh):
+            missing = [f for f in ("case", "verdict", "table_hash") if f not in data]
+            if missing:
+                raise ValueError(
+                    f"{str(path)!r} is not a bench CSV of this version (no {missing}); "
+                    "give another --csv"
+                )
+            rows.append(_row_from_csv(data))
+    return rows
+
+
+def _csv_text(row: BenchRow | None) -> str:
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    if row is None:
         writer.writeheader()
-        for r in rows:
-            data = dataclasses.asdict(r)
-            data["anchors"] = json.dumps(r.anchors, sort_keys=True)
-            writer.writerow(data)
+    else:
+        data = dataclasses.asdict(row)
+        for name in _JSON_FIELDS:
+            data[name] = json.dumps(data[name], sort_keys=True)
+        writer.writerow(data)
+    return buf.getvalue()
+
+
+def _row_from_csv(data: dict[str, str]) -> BenchRow:
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(BenchRow):
+        raw = data.get(f.name, "")
+        if f.name in _JSON_FIELDS:
+            value = json.loads(raw or "{}")
+            kwargs[f.name] = (
+                {k: tuple(v) for k, v in value.items()} if f.name == "anchors" else value
+            )
+        elif f.name == "failed_elements":
+            kwargs[f.name] = int(raw or 0)
+        elif f.type in ("str",):
+            kwargs[f.name] = raw
+        else:
+            kwargs[f.name] = float(raw) if raw not in ("", "None") else None
+    return BenchRow(**kwargs)
 
 
 def anchor_names(spec: str | None) -> list[str]:
@@ -279,22 +392,43 @@ def bench_table(
     baseline: DispatchTable | None = None,
     anchors: list[str] | None = None,
     refused: bool = False,
+    hot_path: bool = False,
+    csv_path: str | Path | None = None,
     emit: Callable[[str], None] = print,
 ) -> list[BenchRow]:
     """Every case under the official protocol (with its anchors), its row printed as it
     ends. ``refused``: the runtime refuses the table here (said once by the caller), so
-    the rows name the route only as that."""
+    the rows name the route only as that. ``csv_path``: each row is appended as its case
+    ends, and the cases the CSV already holds for this table are not run again (a run
+    spans calls); a CSV of another table is refused."""
+    done: dict[str, BenchRow] = {}
+    if csv_path is not None:
+        for row in read_csv(csv_path):
+            if row.table_hash != table.content_hash:
+                raise ValueError(
+                    f"{str(csv_path)!r} holds rows of another table (content hash "
+                    f"{row.table_hash[:16]}, this is {table.content_hash[:16]}): give another "
+                    "--csv, or remove it to start over"
+                )
+            done[row.case] = row
     emit(ROW_HEADER)
     rows = []
     for case in cases:
+        if case.id in done:
+            rows.append(done[case.id])
+            emit(row_line(done[case.id]) + "  (from the CSV)")
+            continue
         with warnings.catch_warnings():
             if refused:  # the caller said why once: not again per case
                 warnings.filterwarnings("ignore", message="dispatch table .* refused")
-            row = bench_case(case, selection.device, table, baseline=baseline)
+            row = bench_case(
+                case, selection.device, table, baseline=baseline, anchors=anchors,
+                hot_path=hot_path,
+            )  # fmt: skip
         if refused and row.route.startswith("reference"):
             row.route = "reference (table refused)"
-        if anchors and row.speedup:
-            row.anchors = bench_anchors(case, selection, anchors)
         rows.append(row)
+        if csv_path is not None:
+            append_csv(row, csv_path)
         emit(row_line(row))
     return rows

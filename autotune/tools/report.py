@@ -407,8 +407,10 @@ def write_report(
             "",
             f"From `{bench_csv}`."
             + (
-                f" Anchors ({', '.join(names)}) each paired with the reference in its own "
-                "process; a failing anchor shows its verdict, not a time."
+                f" Anchors ({', '.join(names)}) built and timed interleaved with the "
+                "reference and the table in one run (CSVs made before commit 'bench: anchors "
+                "in the same run' timed each in its own process); a failing anchor shows "
+                "its verdict, not a time."
                 if names
                 else ""
             ),
