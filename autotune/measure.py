@@ -1,8 +1,13 @@
 """Honest timing and memory: paired, interleaved, medians, noise, peak memory, a model.
 
-On CUDA each forward is timed with CUDA events on the current stream; on the CPU with
-``perf_counter_ns``. Reference and candidate run in the same process, interleaved, the
-order alternating each round; the figure of merit is the ratio of medians.
+On CUDA each forward is timed with CUDA events on the current stream, each function's
+loop of forwards in a row, the order alternating each round (the official protocol). On
+the CPU with ``perf_counter_ns``, the functions interleaved in turns of a few forwards:
+there the machine's speed drifts over tens of milliseconds, and whole loops of one function
+then the other read that drift as a difference between them (the reference timed against
+itself on smoke-1, 200 runs of study timing: whole loops 0.57x-1.63x, sd 11%; turns of 4
+forwards 0.83x-1.36x, sd 3-6%). Everything runs in the same process; the figure of merit
+is the ratio of medians.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -32,14 +38,20 @@ class TimingSettings:
     # Trials may cap the time spent: reps shrink so one model's round stays under this.
     max_round_seconds: float | None = None
     min_reps: int = 5
+    # CUDA: forwards of one function per turn, the functions interleaved turn by turn (0:
+    # the official protocol's whole loops of ``reps``). The CPU always takes turns.
+    cuda_turn: int = 0
 
 
 OFFICIAL_TIMING = TimingSettings(warmup=20, rounds=3, reps=100)
-STUDY_TIMING = TimingSettings(warmup=3, rounds=3, reps=30, max_round_seconds=0.25)
+# Search decisions interleave on CUDA too: a launch-bound reference timed against itself
+# in whole loops read 0.78x-1.64x on the H200 (cases 1, 2), the same drift as the CPU's.
+STUDY_TIMING = TimingSettings(warmup=3, rounds=3, reps=30, max_round_seconds=0.25, cuda_turn=4)
 
 
 def _time_forwards(fn: Forward, reps: int, cuda: bool) -> list[float]:
-    """Milliseconds of each of ``reps`` forwards."""
+    """Milliseconds of each of ``reps`` forwards of one function in a row: on CUDA a start
+    and an end event around every forward, one synchronisation after the loop."""
     if cuda:
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -57,6 +69,66 @@ def _time_forwards(fn: Forward, reps: int, cuda: bool) -> list[float]:
     return times
 
 
+def step_order(n: int, step: int) -> list[int]:
+    """The order of ``n`` functions at interleaved step ``step``: rotated by ``step // 2``,
+    reversed on odd steps (n = 2: AB BA BA AB, repeated). Over any ``2 n`` consecutive
+    steps every function is first twice and last twice: no position is anyone's."""
+    k = (step // 2) % n
+    order = list(range(k, n)) + list(range(k))
+    return order[::-1] if step % 2 else order
+
+
+# CPU: forwards of one function in a row before the next function's turn. A forward right
+# after the other model's is slower (smoke-1: 5-6% for the reference and the candidate
+# alike), so per-forward alternation (1) makes most of every sample such forwards and
+# puts each median among them; turns of 4 keep ~80% of the samples in the
+# steady state that the official protocol's whole loops time, and the drift still
+# cancels (a turn is 2-4 ms on the smoke cases).
+CPU_BURST = 4
+
+
+def _time_steps(
+    fns: list[Forward], reps: int, first_step: int, burst: int, cuda: bool = False
+) -> list[list[float]]:
+    """Milliseconds of ``reps`` forwards of each function, interleaved in turns of
+    ``burst`` forwards (the order of the turns from ``step_order``): on CUDA a start and an
+    end event around every forward and one synchronisation at the end, on the CPU
+    ``perf_counter_ns``.
+
+    The machine's speed drifts over tens of milliseconds (on a shared CPU per-forward
+    times correlate at lags of 10-30 forwards; on the GPU a launch-bound forward follows
+    the host's); a loop of one function's forwards and then a loop of the other's
+    samples two different machines. Turns of a few forwards sample the same one, so the
+    drift cancels in the ratio."""
+    events: list[list[tuple[Any, Any]]] = [[] for _ in fns]
+    times: list[list[float]] = [[] for _ in fns]
+    clock = time.perf_counter_ns
+    step = first_step
+    done = 0
+    while fns and done < reps:
+        count = min(burst, reps - done)
+        for i in step_order(len(fns), step):
+            fn = fns[i]
+            for _ in range(count):
+                if cuda:
+                    start = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn()
+                    end.record()
+                    events[i].append((start, end))
+                else:
+                    t0 = clock()
+                    fn()
+                    times[i].append((clock() - t0) / 1e6)
+        done += count
+        step += 1
+    if cuda:
+        torch.cuda.synchronize()
+        times = [[s.elapsed_time(e) for s, e in ev] for ev in events]
+    return times
+
+
 def _sync(cuda: bool) -> None:
     if cuda:
         torch.cuda.synchronize()
@@ -65,14 +137,25 @@ def _sync(cuda: bool) -> None:
 def measure_interleaved(
     fns: list[Forward], settings: TimingSettings, *, cuda: bool
 ) -> tuple[int, list[tuple[float, list[float]]]]:
-    """Reps per round, and the median and per-round medians (ms) of each function, timed
-    interleaved: warm-up,
-    then ``rounds`` rounds in which each function runs ``reps`` forwards, the order
-    reversed every other round."""
-    for fn in fns:
-        for _ in range(settings.warmup):
-            fn()
-        _sync(cuda)
+    """Reps per round, and the median and per-round medians (ms) of each function.
+
+    Warm-up: ``warmup`` forwards of each function, interleaved (one of each in turn), so
+    every function is warm and none is timed right after a long run of another's.
+    Then ``rounds`` rounds of ``reps`` forwards of each function:
+
+    - CUDA with ``cuda_turn`` 0 (the official protocol): per round, each function's
+      ``reps`` forwards in a row, a start and an end event around every forward, one
+      synchronisation after each loop; the order of the functions reversed every other
+      round.
+    - CUDA with ``cuda_turn`` k, and the CPU (turns of ``CPU_BURST``): per round, the
+      functions interleaved in turns of k forwards (``step_order``: the order rotated
+      and reversed from turn to turn), each forward timed (events; ``perf_counter_ns``).
+    """
+    n = len(fns)
+    for step in range(settings.warmup):
+        for i in step_order(n, step):
+            fns[i]()
+    _sync(cuda)
     reps = settings.reps
     if settings.max_round_seconds is not None:
         slowest_ms = max(max(_time_forwards(fn, 2, cuda)) for fn in fns)
@@ -80,12 +163,19 @@ def measure_interleaved(
         reps = max(settings.min_reps, min(reps, fit))
     samples: list[list[float]] = [[] for _ in fns]
     rounds: list[list[float]] = [[] for _ in fns]
-    order = list(range(len(fns)))
+    order = list(range(n))
     for r in range(settings.rounds):
-        for i in order if r % 2 == 0 else order[::-1]:
-            times = _time_forwards(fns[i], reps, cuda)
-            samples[i].extend(times)
-            rounds[i].append(statistics.median(times))
+        burst = settings.cuda_turn if cuda else CPU_BURST
+        if burst <= 0:  # whole loops of one function, the order reversed every other round
+            times: list[list[float]] = [[] for _ in fns]
+            for i in order if r % 2 == 0 else order[::-1]:
+                times[i] = _time_forwards(fns[i], reps, cuda)
+        else:
+            turns = -(-reps // burst)  # a round's turns: the next round goes on
+            times = _time_steps(fns, reps, r * turns, burst, cuda)
+        for i, t in enumerate(times):
+            samples[i].extend(t)
+            rounds[i].append(statistics.median(t))
     return reps, [(statistics.median(s), rr) for s, rr in zip(samples, rounds, strict=True)]
 
 
