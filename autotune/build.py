@@ -182,8 +182,9 @@ class CandidateTransformer(ReferenceTransformer):
         self._norm_backend = backends.get("layernorm", plan.layernorm)
         self._ffn_backend = backends.get("ffn_act", plan.ffn_act)
         self._layer_backend = backends.get("fused_block", plan.fused_block)
-        self._classify = self._attention_backend.needs_mask_kind(plan) or (
-            self._layer_backend.fused
+        # The fused block applies any mask itself; the per-layer path asks its attention.
+        self._classify = not self._layer_backend.fused and (
+            self._attention_backend.needs_mask_kind(plan)
         )
         self.register_load_state_dict_post_hook(lambda module, keys: module.refresh())
         self._core: Callable[..., Tensor] = self._forward_core
@@ -225,9 +226,8 @@ class CandidateTransformer(ReferenceTransformer):
             )
         if self._classify:
             # Dropping a mask proven a no-op (SDPA and reference attention with
-            # mask=elide), and the fused block (right padding as key lengths, a general
-            # mask takes the unfused path), need the mask's kind: one host sync. The
-            # Triton attention applies any mask on the device and needs none.
+            # mask=elide) needs the mask's kind: one host sync. The Triton attention and
+            # the fused block apply any mask on the device and need none.
             kind = classify_mask(valid_token_mask)
         else:
             kind = MASK_NONE if valid_token_mask is None else MASK_GENERAL
@@ -324,7 +324,7 @@ class CandidateTransformer(ReferenceTransformer):
     def _forward_core(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
-        if self._layer_backend.fused and kind != MASK_GENERAL:
+        if self._layer_backend.fused:
             if self._block is None:
                 self._block = self._layer_backend.prepare(self)
             return self._layer_backend.forward(self._block, x, mask, self.plan, self.config)

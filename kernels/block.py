@@ -336,6 +336,7 @@ def _attention_half_kernel(
     x_ptr,
     out_ptr,
     key_lengths_ptr,
+    key_mask_ptr,
     n1w_ptr,
     n1b_ptr,
     wq_ptr,
@@ -354,6 +355,7 @@ def _attention_half_kernel(
     eps,
     CAUSAL: tl.constexpr,
     HAS_KEY_LENGTHS: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -457,6 +459,9 @@ def _attention_half_kernel(
             )
             qk = qk * qk_scale  # log2 domain: head_dim**-0.5 * log2(e)
             valid = (offs_n < kv_len)[None, :]
+            if HAS_KEY_MASK:  # any key may be masked: the mask's byte, read here
+                key_ok = tl.load(key_mask_ptr + off_b * seq_len + offs_n, mask=offs_n < seq_len)
+                valid = valid & (key_ok != 0)[None, :]
             if CAUSAL:
                 valid = valid & (offs_n[None, :] <= offs_m[:, None])
             qk = tl.where(valid, qk, float("-inf"))
@@ -485,6 +490,9 @@ def _attention_half_kernel(
     out += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
     if HAS_KEY_LENGTHS:
         out = tl.where((offs_m < kv_len)[:, None], out, 0.0)  # padded query rows
+    if HAS_KEY_MASK:
+        row_valid = tl.load(key_mask_ptr + off_b * seq_len + offs_m, mask=row_ok, other=0)
+        out = tl.where((row_valid != 0)[:, None], out, 0.0)  # padded query rows
     tl.store(
         o_base + offs_m[:, None] * d_model + offs_d[None, :],
         x_q + out,
@@ -497,6 +505,7 @@ def _ffn_half_kernel(
     x_ptr,
     out_ptr,
     key_lengths_ptr,
+    key_mask_ptr,
     n2w_ptr,
     n2b_ptr,
     w1_ptr,
@@ -511,6 +520,7 @@ def _ffn_half_kernel(
     ffn_dim,
     eps,
     HAS_KEY_LENGTHS: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
     FINAL_NORM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -558,10 +568,13 @@ def _ffn_half_kernel(
         length = tl.load(key_lengths_ptr + offs_m // seq_len, mask=row_ok, other=0)
         valid = (offs_m % seq_len) < length
         y = tl.where(valid[:, None], y, 0.0)
+    if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
+        valid = tl.load(key_mask_ptr + offs_m, mask=row_ok, other=0) != 0
+        y = tl.where(valid[:, None], y, 0.0)
     if FINAL_NORM:
         y = tl.where(d_ok[None, :], y, 0.0)
         y = _layernorm_rows(y, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps)
-        if HAS_KEY_LENGTHS:
+        if HAS_KEY_LENGTHS or HAS_KEY_MASK:
             y = tl.where(valid[:, None], y, 0.0)
     tl.store(out_ptr + offsets, y, mask=io_mask)
 
@@ -740,6 +753,19 @@ def _check_key_lengths(key_lengths: torch.Tensor | None, batch: int) -> None:
         )
 
 
+def _mask_bytes(key_mask: torch.Tensor, batch: int, seq_len: int) -> torch.Tensor:
+    """A bool [B, S] token mask as contiguous bytes the kernels read."""
+    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+        raise ValueError(
+            f"key_mask has dtype {getattr(key_mask, 'dtype', type(key_mask))}; pass bool [B, S]"
+        )
+    if tuple(key_mask.shape) != (batch, seq_len):
+        raise ValueError(
+            f"key_mask has shape {tuple(key_mask.shape)}; expected ({batch}, {seq_len})"
+        )
+    return key_mask.contiguous().view(torch.uint8)
+
+
 def _check_norm(final_norm: tuple[torch.Tensor, torch.Tensor], d_model: int) -> None:
     if not isinstance(final_norm, (tuple, list)) or len(final_norm) != 2:
         raise ValueError("final_norm must be a (weight, bias) pair")
@@ -763,6 +789,7 @@ def fused_layer(
     num_heads: int,
     causal: bool,
     key_lengths: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     final_norm: tuple[torch.Tensor, torch.Tensor] | None = None,
     precision: str = "tf32",
     block_m: int = 32,
@@ -774,7 +801,8 @@ def fused_layer(
 
     Returns the layer's output, or ``final_norm(output)`` (padded rows zeroed) when
     ``final_norm=(weight, bias)``. ``key_lengths`` [B] (int) masks keys ``>= length`` and
-    zeroes those rows, as the reference does with ``mask = arange(S) < lengths``.
+    zeroes those rows, as the reference does with ``mask = arange(S) < lengths``;
+    ``key_mask`` [B, S] bool does the same for any mask (read on the device, no sync).
     ``out`` may be given (same shape, must not overlap ``x``); kernel B runs in place in it.
     """
     _check_x(x)
@@ -790,6 +818,9 @@ def fused_layer(
     w.check()
     check_precision(precision)
     _check_key_lengths(key_lengths, batch)
+    mask_bytes = None if key_mask is None else _mask_bytes(key_mask, batch, seq_len)
+    if key_lengths is not None and mask_bytes is not None:
+        raise ValueError("pass key_lengths or key_mask, not both")
     if final_norm is not None:
         _check_norm(final_norm, d_model)
     errors = _config_errors(
@@ -818,6 +849,8 @@ def fused_layer(
     tensors = {"x": x, "out": out, "weights": w.q_weight}
     if key_lengths is not None:
         tensors["key_lengths"] = key_lengths
+    if mask_bytes is not None:
+        tensors["key_mask"] = mask_bytes
     if final_norm is not None:
         tensors["final_norm"] = final_norm[0]
     check_launch_device(_attention_half_kernel, tensors)
@@ -828,10 +861,12 @@ def fused_layer(
     block_d, block_hd = padded_dim(d_model), padded_dim(head_dim)
     emulate = is_interpreted(_attention_half_kernel)
     lengths = key_lengths if key_lengths is not None else x  # dummy pointer when unused
+    mask_arg = mask_bytes if mask_bytes is not None else x
     _attention_half_kernel[(batch, triton.cdiv(seq_len, block_m))](
         x,
         out,
         lengths,
+        mask_arg,
         w.norm1_weight,
         w.norm1_bias,
         w.q_weight,
@@ -850,6 +885,7 @@ def fused_layer(
         LAYERNORM_EPS,
         CAUSAL=bool(causal),
         HAS_KEY_LENGTHS=key_lengths is not None,
+        HAS_KEY_MASK=mask_bytes is not None,
         BLOCK_M=block_m,
         BLOCK_N=block_m,
         BLOCK_D=block_d,
@@ -865,6 +901,7 @@ def fused_layer(
         out,
         out,
         lengths,
+        mask_arg,
         w.norm2_weight,
         w.norm2_bias,
         w.ffn_in_weight,
@@ -879,6 +916,7 @@ def fused_layer(
         w.ffn_dim,
         LAYERNORM_EPS,
         HAS_KEY_LENGTHS=key_lengths is not None,
+        HAS_KEY_MASK=mask_bytes is not None,
         FINAL_NORM=final_norm is not None,
         BLOCK_M=block_m,
         BLOCK_D=block_d,
@@ -899,6 +937,7 @@ def fused_forward(
     num_heads: int,
     causal: bool,
     key_lengths: torch.Tensor | None = None,
+    key_mask: torch.Tensor | None = None,
     precision: str = "tf32",
     block_m: int = 32,
     num_warps: int = 4,
@@ -933,6 +972,7 @@ def fused_forward(
             num_heads=num_heads,
             causal=causal,
             key_lengths=key_lengths,
+            key_mask=key_mask,
             final_norm=final_norm_weights if last else None,
             precision=precision,
             block_m=block_m,

@@ -214,23 +214,8 @@ def test_outcomes_round_trip_through_json(kind: OutcomeKind, cpu_device) -> None
     assert Outcome.from_json(outcome.to_json()) == outcome
 
 
-def test_fused_block_takes_a_general_mask_down_the_unfused_path(cpu_device) -> None:
+def test_the_fused_block_refuses_mixed_operand_precisions(cpu_device) -> None:
     cfg = TransformerConfig(2, 16, 32, 2, 48, 1, True)
-    torch.manual_seed(4)
-    ref = ReferenceTransformer(cfg).eval()
-    cand = build_candidate(
-        Plan(fused_block=True, attn_block_m=16), cfg, cpu_device, ref.state_dict()
-    )
-    x = torch.randn(2, 16, 32)
-    left = torch.ones(2, 16, dtype=torch.bool)
-    left[0, :3] = False
-    right = torch.ones(2, 16, dtype=torch.bool)
-    right[1, 9:] = False
-    with torch.inference_mode():
-        for mask, route in ((left, "mask=general"), (right, "mask=right-padded")):
-            report = check_outputs(cand(x, mask), ref(x, mask))
-            assert report.passed, report.summary()
-            assert route in cand.last_route
     reasons = not_supported_reasons(Plan(fused_block=True, gemm_precision="fp16"), cfg, cpu_device)
     assert any("one operand precision" in r for r in reasons)
 
@@ -249,12 +234,20 @@ def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:
     }
 
 
+DEVICE_MASK_PLANS = {
+    "triton-attention": Plan(attention="triton", mask="elide", attn_block_m=16, attn_block_n=16),
+    "fused-block": Plan(fused_block=True, mask="elide", attn_block_m=16),
+}
+
+
+@pytest.mark.parametrize("plan_name", list(DEVICE_MASK_PLANS))
 @pytest.mark.parametrize("causal", [True, False])
-def test_a_triton_attention_plan_never_reads_the_mask_on_the_host(
-    causal, cpu_device, monkeypatch
+def test_plans_that_apply_the_mask_on_the_device_never_read_it_on_the_host(
+    plan_name, causal, cpu_device, monkeypatch
 ) -> None:
-    """The Triton attention applies any key mask on the device: no call classifies the
-    mask (one host sync each), and every kind of mask gives the reference's output."""
+    """The Triton attention and the fused block apply any key mask on the device: no call
+    classifies the mask (one host sync each), and every kind of mask (none, all-true,
+    right- and left-padded, holes) gives the reference's output."""
     import autotune.build as build
 
     def refuse(mask):
@@ -264,8 +257,7 @@ def test_a_triton_attention_plan_never_reads_the_mask_on_the_host(
     cfg = TransformerConfig(2, 19, 32, 2, 48, 2, causal)
     torch.manual_seed(3)
     ref = ReferenceTransformer(cfg).eval()
-    plan = Plan(attention="triton", mask="elide", attn_block_m=16, attn_block_n=16)
-    cand = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    cand = build_candidate(DEVICE_MASK_PLANS[plan_name], cfg, cpu_device, ref.state_dict())
     x = torch.randn(2, 19, 32)
     for name, mask in _masks(2, 19).items():
         xm = x if mask is None else x.masked_fill(~mask[..., None], 0.0)

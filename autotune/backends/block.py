@@ -1,12 +1,11 @@
 """Whole layers: the per-layer path of ``autotune.build`` (unfused), or the fused block
 (``kernels.block``: each pre-norm layer in two Triton launches, the final norm fused into
-the last; right padding as key lengths, a general mask takes the unfused path)."""
+the last; any token mask applied on the device, so no call reads it on the host)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from autotune.backends.base import BlockBackend, register
@@ -64,14 +63,13 @@ class FusedBlock(BlockBackend):
         from kernels.block import fused_forward
 
         layers, final = prepared
-        lengths = None if mask is None else mask.sum(dim=1, dtype=torch.int32)
         return fused_forward(
             x.contiguous(),
             layers,
             final,
             num_heads=config.num_heads,
             causal=config.causal,
-            key_lengths=lengths,
+            key_mask=mask,
             precision=triton_precision(plan.attn_precision),
             block_m=plan.attn_block_m,
             num_warps=plan.attn_warps,

@@ -47,4 +47,4 @@ def test_a_crashing_check_is_reported_as_a_failed_result() -> None:
 
 def test_the_fused_block_is_checked_only_against_a_given_reference() -> None:
     assert not any(c.name.startswith("block/") for c in iter_checks())
-    assert sum(c.name.startswith("block/") for c in iter_checks(reference)) == 2
+    assert sum(c.name.startswith("block/") for c in iter_checks(reference)) == 3
