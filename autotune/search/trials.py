@@ -103,18 +103,24 @@ def case_of(study: optuna.Study) -> Case:
     return case
 
 
-def studies_by_case(storage: Any, profile: str) -> dict[str, optuna.Study]:
-    """One study per case key of a profile: the one with the most finished trials."""
-    best: dict[str, tuple[int, optuna.Study]] = {}
+def studies_by_case(
+    storage: Any, profile: str, current: Callable[[optuna.Study], bool] | None = None
+) -> dict[str, optuna.Study]:
+    """One study per case key of a profile: a ``current`` one (the study of the space that
+    serves the case today) first, then the one with the most finished trials."""
+    best: dict[str, tuple[tuple[bool, int], optuna.Study]] = {}
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         name = summary.study_name
         if profile_of(name) != profile:
             continue
         study = optuna.load_study(study_name=name, storage=storage)
         key = case_key_of(study)
-        n = len(study.get_trials(deepcopy=False, states=FINISHED))
-        if key not in best or n > best[key][0]:
-            best[key] = (n, study)
+        rank = (
+            bool(current(study)) if current is not None else False,
+            len(study.get_trials(deepcopy=False, states=FINISHED)),
+        )
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, study)
     return {k: v[1] for k, v in sorted(best.items())}
 
 

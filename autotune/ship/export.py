@@ -140,9 +140,21 @@ def export_table(
     Returns the path, the table version and the winners."""
     from autotune.judge.gate import CaseBench
     from autotune.search import trials
+    from autotune.search.space import available_spaces, select_space
 
     profile = selection.profile.name
-    studies = trials.studies_by_case(storage, profile)
+    spaces = available_spaces()
+
+    def current(study: Any) -> bool:  # the study today's spaces would run for its case
+        case = trials.case_of(study)
+        try:
+            return study.study_name == trials.study_name(
+                profile, case, select_space(profile, case, spaces)
+            )
+        except ValueError:
+            return False
+
+    studies = trials.studies_by_case(storage, profile, current)
     if not studies:
         raise ValueError(
             f"no studies for profile {profile!r} in {options.storage_url}; "
