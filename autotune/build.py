@@ -153,6 +153,12 @@ class _LayerWeights:
         self.ffn_out_w, self.ffn_out_b = cast(layer.ffn_out.weight), cast(layer.ffn_out.bias)
 
 
+def _set(module: torch.nn.Module, name: str, value: Any) -> None:
+    """A plain attribute (no tensor, no module) set without nn.Module's registry checks:
+    the per-call bookkeeping costs a few microseconds each through ``__setattr__``."""
+    object.__setattr__(module, name, value)
+
+
 class CandidateTransformer(ReferenceTransformer):
     """The reference's parameters with a forward that follows a plan.
 
@@ -232,14 +238,15 @@ class CandidateTransformer(ReferenceTransformer):
         else:
             kind = MASK_NONE if valid_token_mask is None else MASK_GENERAL
         weights = self.prepared_weights()
-        self.guard_log = []
+        if self.guard_log:  # only polynomial attention writes it
+            _set(self, "guard_log", [])
         home = self.final_norm.weight.device
         if home.type == "cuda" and x.device.type == "cpu":
-            self.last_route = f"host-streamed mask={kind}"
+            _set(self, "last_route", f"host-streamed mask={kind}")
             return self._host_streamed(x, valid_token_mask, kind, weights, home)
         if self.plan.cuda_graph and x.is_cuda:
             return self._graph_forward(x, valid_token_mask, kind, weights)
-        self.last_route = f"eager mask={kind}"
+        _set(self, "last_route", f"eager mask={kind}")
         return self._chunked(x, valid_token_mask, kind, weights)
 
     def _host_streamed(
@@ -318,7 +325,7 @@ class CandidateTransformer(ReferenceTransformer):
         if graph is None:
             graph = _CapturedForward(lambda xx, mm: self._chunked(xx, mm, kind, weights), x, mask)
             self._graphs[key] = graph
-        self.last_route = f"graph mask={kind}"
+        _set(self, "last_route", f"graph mask={kind}")
         return graph.replay(x, mask)
 
     def _forward_core(

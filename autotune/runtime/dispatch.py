@@ -237,10 +237,11 @@ class DispatchedTransformer(ReferenceTransformer):
         served = self._served.get(key)
         if served is None:
             served = self._served[key] = self._resolve(x, valid_token_mask)
-        self.last_route, cand = served
+        route, cand = served
+        object.__setattr__(self, "last_route", route)  # no nn.Module checks per call
         if cand is None:
             return super().forward(x, valid_token_mask)
-        return cand(x, valid_token_mask)
+        return cand.forward(x, valid_token_mask)  # our own candidate: no hooks to run
 
     def _resolve(
         self, x: Tensor, valid_token_mask: Tensor | None
