@@ -50,7 +50,7 @@ class BenchRow:
     detail: str = ""  # why a candidate that did not pass could not run
     table_hash: str = ""  # the content hash of the table benched (rows of one table only)
     # --hot-path (CUDA): the table's forward, where its time goes
-    host_us: float | None = None  # host time per call, calls issued back to back
+    host_us: float | None = None  # host time of one call onto an idle device (median)
     gpu_us: float | None = None  # device time per forward (profiler, kernels + copies)
     kernels: float | None = None  # device kernels per forward
     ceiling: float | None = None  # reference median / gpu time: the speedup with no host cost
@@ -149,22 +149,26 @@ def bench_case(
 
 
 def measure_hot_path(
-    fn: Callable[[], Any], calls: int = 20, profiled: int = 10
+    fn: Callable[[], Any], calls: int = 50, profiled: int = 10
 ) -> tuple[float, float, float, str]:
-    """A warm forward's cost on CUDA: host microseconds per call (``calls`` issued back
-    to back after a synchronisation, none inside), device microseconds and kernels per
-    forward (profiler over ``profiled`` forwards: kernels, copies and sets), and whether
-    steady calls are free of host synchronisation (``set_sync_debug_mode("error")``)."""
+    """A warm forward's cost on CUDA: host microseconds per call (the median over
+    ``calls`` single calls, each issued onto an idle device after a synchronisation, so no
+    queue of earlier work can hold it up), device microseconds and kernels per forward
+    (profiler over ``profiled`` forwards: kernels, copies and sets), and whether steady
+    calls are free of host synchronisation (``set_sync_debug_mode("error")``)."""
+    import statistics
     import time
 
     from torch.profiler import ProfilerActivity, profile
 
     fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    host_times = []
     for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
         fn()
-    host = (time.perf_counter() - t0) / calls * 1e6
+        host_times.append((time.perf_counter() - t0) * 1e6)
+    host = statistics.median(host_times)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(profiled):
