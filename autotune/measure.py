@@ -45,7 +45,8 @@ class TimingSettings:
 
 OFFICIAL_TIMING = TimingSettings(warmup=20, rounds=3, reps=100)
 # Search decisions interleave on CUDA too: a launch-bound reference timed against itself
-# in whole loops read 0.78x-1.64x on the H200 (cases 1, 2), the same drift as the CPU's.
+# in whole loops read 0.80x-1.30x on the H200 (case 1; in turns of 4 0.99x-1.02x:
+# docs/logs/h200_s4_timing_selfcheck.log), the same drift as the CPU's.
 STUDY_TIMING = TimingSettings(warmup=3, rounds=3, reps=30, max_round_seconds=0.25, cuda_turn=4)
 
 
