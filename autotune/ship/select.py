@@ -19,7 +19,9 @@ from autotune.measure import TimingSettings
 from autotune.plan import REFERENCE_PLAN, Plan
 from autotune.search import trials
 
-SELECTION_TIMING = TimingSettings(warmup=20, rounds=3, reps=100, max_round_seconds=1.5, min_reps=10)
+SELECTION_TIMING = TimingSettings(
+    warmup=20, rounds=3, reps=100, max_round_seconds=1.5, min_reps=10, cuda_turn=4
+)
 MIN_GAIN = 0.02  # a winner must beat the reference by more than noise and by 2%
 
 
