@@ -44,6 +44,10 @@ __all__ = [
 ]
 
 
+# torch.compile modes that capture CUDA graphs of their own (cudagraph trees).
+GRAPHED_COMPILE_MODES = ("reduce-overhead", "max-autotune")
+
+
 class UnsupportedPlan(ValueError):
     """Raised when a plan cannot be built for a case/device; carries every reason."""
 
@@ -76,7 +80,7 @@ def execution_reasons(plan: Plan, device: DeviceInfo) -> list[str]:
             reasons.append("host_io=true streams chunks through the device; set cuda_graph false")
     if plan.cuda_graph and not cuda:
         reasons.append("cuda_graph=true needs CUDA")
-    if plan.compile in ("reduce-overhead", "max-autotune"):
+    if plan.compile in GRAPHED_COMPILE_MODES:
         if not cuda:
             reasons.append(f"compile={plan.compile} needs CUDA (it captures CUDA graphs)")
         if plan.cuda_graph:
@@ -196,7 +200,19 @@ class CandidateTransformer(ReferenceTransformer):
         self._core: Callable[..., Tensor] = self._forward_core
         if plan.compile != "none":
             _raise_dynamo_limits()
-            self._core = torch.compile(self._forward_core, mode=plan.compile, dynamic=False)
+            compiled = torch.compile(self._forward_core, mode=plan.compile, dynamic=False)
+            self._core = compiled
+            if plan.compile in GRAPHED_COMPILE_MODES:
+                # Inductor's CUDA graphs hand out outputs that their next replay
+                # overwrites: the caller gets its own copy.
+                self._core = lambda *args: self._owned(compiled(*args))
+
+    # False: outputs of a compile mode that captures graphs are handed out as Inductor
+    # returns them (overwritten by the next call), as ``torch.compile(model)`` does.
+    owns_output = True
+
+    def _owned(self, out: Tensor) -> Tensor:
+        return out.clone() if self.owns_output else out
 
     # --- weights --------------------------------------------------------------------
     def refresh(self) -> None:
@@ -383,34 +399,114 @@ class CandidateTransformer(ReferenceTransformer):
         return self._linear(backend.attend(call), w.out_w, w.out_b)
 
 
-class _CapturedForward:
-    """One CUDA graph of the whole forward for a fixed shape and mask contract.
+def _storage_uses(t: Tensor) -> int:
+    """How many tensors share ``t``'s storage (views included)."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
-    The mask kind the graph was captured under is part of its key: every call checks
+
+class _CapturedForward:
+    """The whole forward as CUDA graphs for one shape and mask contract.
+
+    The mask kind the graphs were captured under is part of the key: every call checks
     the kind again, so a graph captured on an all-True mask never serves a padded input.
+
+    A steady call is one graph replay and a hand-off, with as few device operations
+    as are safe:
+    - Inputs: a call whose ``x`` (and bool mask) sit at the same addresses as the call
+      before (a serving loop that refills its input buffers) replays a graph captured on
+      those addresses: the graph reads the caller's memory as it is at replay, so the
+      content is always the current one, and no copy is made. Any other call copies its
+      inputs into the graph's own buffers first.
+    - Output: the caller owns what it gets, and no later call overwrites it. Outputs up
+      to ``RING_BYTES`` are written by the graph into one of two buffers this object
+      owns; a buffer is reused only once no tensor outside this object shares its
+      storage (the caller dropped the output and every view of it), which its storage's
+      use count says exactly. When both are still held, and for larger outputs, the
+      graph's result is cloned for the caller (one device copy).
+    Every graph of one object shares one memory pool: their replays are serialised on
+    the stream, and what must outlive a replay (inputs, owned outputs) is outside it.
     """
+
+    RING_BYTES = 64 << 20
+    SLOTS = 2
 
     def __init__(
         self, fn: Callable[[Tensor, Tensor | None], Tensor], x: Tensor, mask: Tensor | None
     ) -> None:
+        self.fn = fn
         self.static_x = x.clone()
         self.static_mask = mask.clone() if mask is not None else None
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm-up: lazy init, cuBLAS handles, autotuning
-                fn(self.static_x, self.static_mask)
+                out = fn(self.static_x, self.static_mask)
         torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.static_out = fn(self.static_x, self.static_mask)
+        self.pool = torch.cuda.graph_pool_handle()
+        ring = out.numel() * out.element_size() <= self.RING_BYTES
+        self.slots: list[Tensor | None] = [None] * (self.SLOTS if ring else 0)
+        self.slot_base: list[int] = [0] * len(self.slots)
+        # (source, slot) -> (graph, its output); source "staged" or the direct pointers.
+        self.graphs: dict[tuple[Any, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
+        self.direct: tuple[int, int] | None = None  # the input addresses graphs read
+        self.last_ptrs: tuple[int, int] | None = None
+        self.static_out = self._graph("staged", -1, self.static_x, self.static_mask)[1]
+
+    def _graph(
+        self, source: Any, slot: int, x: Tensor, mask: Tensor | None
+    ) -> tuple[torch.cuda.CUDAGraph, Tensor]:
+        """The graph reading ``source``'s inputs (``x``, ``mask`` are them) and writing
+        into ring buffer ``slot`` (-1: its own output), captured on first need."""
+        found = self.graphs.get((source, slot))
+        if found is not None:
+            return found
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = self.fn(x, mask)
+            if slot >= 0:
+                buf = self.slots[slot]
+                assert buf is not None
+                buf.copy_(out)
+                out = buf
+        self.graphs[(source, slot)] = (graph, out)
+        return graph, out
+
+    def _free_slot(self) -> int:
+        """A ring buffer no caller holds (allocated on first need), or -1."""
+        for i, buf in enumerate(self.slots):
+            if buf is None:
+                buf = torch.empty_like(self.static_out)
+                self.slots[i] = buf
+                self.slot_base[i] = _storage_uses(buf)
+                return i
+            if _storage_uses(buf) == self.slot_base[i]:
+                return i
+        return -1
 
     def replay(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        self.static_x.copy_(x)
-        if self.static_mask is not None and mask is not None:
-            self.static_mask.copy_(mask)
-        self.graph.replay()
-        return self.static_out.clone()
+        source: Any = "staged"
+        if x.is_contiguous() and (
+            mask is None or (mask.dtype == torch.bool and mask.is_contiguous())
+        ):
+            ptrs = (x.data_ptr(), 0 if mask is None else mask.data_ptr())
+            if ptrs == self.direct:
+                source = ptrs
+            elif ptrs == self.last_ptrs:
+                # The same addresses twice in a row: bind graphs to them (one binding kept).
+                self.graphs = {k: v for k, v in self.graphs.items() if k[0] == "staged"}
+                self.direct = source = ptrs
+            self.last_ptrs = ptrs
+        if source == "staged":
+            self.static_x.copy_(x)
+            if self.static_mask is not None and mask is not None:
+                self.static_mask.copy_(mask)
+            x, mask = self.static_x, self.static_mask
+        slot = self._free_slot()
+        graph, out = self._graph(source, slot, x, mask)
+        graph.replay()
+        if slot < 0:
+            return out.clone()
+        return out.view(out.shape)  # a new tensor on the buffer: its use count shows it held
 
 
 def _raise_dynamo_limits() -> None:
@@ -432,9 +528,14 @@ def build_candidate(
     config: TransformerConfig,
     device: DeviceInfo,
     state_dict: dict[str, Tensor] | None = None,
+    *,
+    owns_output: bool = True,
 ) -> CandidateTransformer:
-    """Build the module for a plan, load weights, move to the device, eval mode."""
+    """Build the module for a plan, load weights, move to the device, eval mode.
+    ``owns_output=False`` leaves a graphed compile mode's outputs as Inductor hands
+    them out (the one line a user writes; not for serving)."""
     model = CandidateTransformer(config, plan, device)
+    _set(model, "owns_output", owns_output)
     if state_dict is not None:
         model.load_state_dict(state_dict)
     return model.to(device.torch_device).eval()

@@ -299,8 +299,39 @@ class Plan:
         """Whether any backend the plan picks runs the project's Triton kernels."""
         return backends.uses_triton(self)
 
+    @property
+    def reads_mask_on_host(self) -> bool:
+        """Whether every call reads the mask's values on the host (one synchronisation on
+        CUDA): to drop a mask proven a no-op (``mask=elide`` with a PyTorch attention), or
+        to route a general mask elsewhere. The Triton attention and the fused block take
+        any mask on the device."""
+        return backends.reads_mask_on_host(self)
+
 
 REFERENCE_PLAN = Plan()
+
+# What a user writes in one line instead of tuning, as plans: the SDPA swap, and it under
+# torch.compile. Export measures them beside its finalists and ships the faster passing
+# one; ``autotune bench --anchors`` times them beside the table.
+ANCHORS: dict[str, Plan] = {
+    "sdpa": Plan(attention="sdpa_auto"),
+    "sdpa+reduce-overhead": Plan(attention="sdpa_auto", compile="reduce-overhead"),
+    "max-autotune": Plan(attention="sdpa_auto", compile="max-autotune"),
+}
+# max-autotune compiles for minutes per shape and failed the accuracy rule on cases 1, 2
+# and 6 on the H200 (its TF32 Triton GEMMs drift): export leaves it out unless asked.
+EXPORT_ANCHORS = ("sdpa", "sdpa+reduce-overhead")
+
+
+def parse_anchors(spec: str | None) -> list[str]:
+    """``--anchors``: None or "none" (no anchors), "all", or a comma list of ANCHORS names."""
+    if spec is None or spec.strip() in ("", "none"):
+        return []
+    names = list(ANCHORS) if spec == "all" else [a.strip() for a in spec.split(",")]
+    unknown = [a for a in names if a not in ANCHORS]
+    if unknown:
+        raise ValueError(f"unknown anchors {unknown}; valid: {', '.join(ANCHORS)}, all or none")
+    return names
 
 
 def parse_plan(text: str) -> Plan:

@@ -1,8 +1,14 @@
-"""CUDA GPUs, every regime that the dense reference can run: library attention backends,
-QKV packing, head layout, mask elision, operand precision, CUDA graphs, and the project's
-Triton kernels with their tiles."""
+"""CUDA GPUs, every regime that the dense reference can run: library attention backends
+(each also under torch.compile), QKV packing, head layout, operand precision, CUDA graphs,
+and the project's Triton kernels with their tiles.
 
-_GRAPH_PLAN = {"heads": "strided", "qkv": "packed", "mask": "elide", "cuda_graph": True}
+No ``mask=elide``: dropping a no-op mask means reading its values on the host every call,
+a synchronisation the tuned forward must not have (export would not ship it). Every plan
+here applies the mask on the device; the Triton kernels take it as it is.
+"""
+
+_GRAPH_PLAN = {"heads": "strided", "qkv": "packed", "cuda_graph": True}
+_SDPA = ["sdpa_auto", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]
 
 SPACE = {
     "name": "gpu",
@@ -13,6 +19,7 @@ SPACE = {
             "name": "attention",
             "variants": [
                 {"attention": "reference", "attn_precision": "fp32"},
+                {"attention": "sdpa_auto", "attn_precision": "fp32"},
                 {"attention": "sdpa_efficient", "attn_precision": "fp32"},
                 {"attention": "sdpa_efficient", "attn_precision": "fp16"},
                 {"attention": "sdpa_flash", "attn_precision": "fp16"},
@@ -38,17 +45,31 @@ SPACE = {
         },
         {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton"]}},
         {"name": "attn_stages", "values": [1, 2, 3], "when": {"attention": ["triton"]}},
+        # torch.compile of the forward with a library attention (the one line a user
+        # writes, as a plan the search can pick): compile time is the trial's first call.
+        # max-autotune is left out: minutes of compile per shape, and its TF32 Triton GEMMs
+        # failed the rule on cases 1, 2 and 6 on the H200 (../shared/REFERENCE.md).
+        {
+            "name": "compile",
+            "values": ["none", "default", "reduce-overhead"],
+            "when": {"attention": _SDPA},
+        },
         {"name": "qkv", "values": ["separate", "packed"], "when": {"fused_block": [False]}},
         {"name": "heads", "values": ["contiguous", "strided"], "when": {"fused_block": [False]}},
-        {"name": "mask", "values": ["apply", "elide"]},
         {"name": "gemm_precision", "values": ["fp32", "fp16"], "when": {"fused_block": [False]}},
-        {"name": "layernorm", "values": ["torch", "triton"], "when": {"fused_block": [False]}},
+        # The Triton LayerNorm and GELU epilogue do not go under torch.compile.
+        {
+            "name": "layernorm",
+            "values": ["torch", "triton"],
+            "when": {"fused_block": [False], "compile": ["none"]},
+        },
         {
             "name": "ffn_act",
             "values": ["torch", "triton_epilogue"],
-            "when": {"fused_block": [False]},
+            "when": {"fused_block": [False], "compile": ["none"]},
         },
-        {"name": "cuda_graph", "values": [False, True]},
+        # reduce-overhead captures graphs itself.
+        {"name": "cuda_graph", "values": [False, True], "when": {"compile": ["none", "default"]}},
     ],
     "restrictions": [
         # The reference arithmetic materialises scores: only worth trying without graphs.
@@ -80,8 +101,17 @@ SPACE = {
             "attn_precision": "fp16",
             "gemm_precision": "fp16",
             "attn_block_m": 32,
-            "mask": "elide",
             "cuda_graph": True,
+        },
+        # The anchors a user writes, and the best library plan under reduce-overhead.
+        {"attention": "sdpa_auto", "compile": "reduce-overhead"},
+        {
+            "attention": "sdpa_cudnn",
+            "attn_precision": "fp16",
+            "gemm_precision": "fp16",
+            "heads": "strided",
+            "qkv": "packed",
+            "compile": "reduce-overhead",
         },
     ],
 }

@@ -561,3 +561,30 @@ def test_bench_csv_is_appended_per_case_and_a_rerun_skips_the_cases_it_holds(
     other = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math"})
     assert cli(f"bench --table {other} --gpu cpu --cases smoke-1 --csv {out}") == 2
     assert "rows of another table" in capsys.readouterr().err
+
+
+def test_export_measures_the_anchors_and_never_ships_below_them(pipeline) -> None:
+    entries = load_table(pipeline["table"]).entries.values()
+    for entry in entries:
+        notes = entry["evidence"]["finalists"]
+        anchors = {n["anchor"]: n for n in notes if "anchor" in n}
+        assert set(anchors) == {"sdpa", "sdpa+reduce-overhead"}, notes
+        assert "speedup" in anchors["sdpa"]  # measured in the same run as the finalists
+        assert "needs CUDA" in anchors["sdpa+reduce-overhead"]["dropped"]
+        if entry["admitted"]:
+            best_anchor = max(n.get("speedup", 0.0) for n in anchors.values())
+            assert entry["evidence"]["speedup"] >= best_anchor, entry["evidence"]
+
+
+def test_export_of_some_cases_keeps_the_other_entries_as_they_are(pipeline, tmp_path, capsys):
+    out = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math", "qkv": "packed"})
+    smoke1 = (2, 16, 32, 2, 64, 2, True, "float32")
+    before = load_table(out).entries
+    assert cli(f"export --gpu cpu --storage {pipeline['db']} --out {out!s} --cases smoke-3") == 0
+    assert "kept 1 entries" in capsys.readouterr().out
+    after = load_table(out)
+    assert after.usable and set(after.entries) == set(before)
+    assert after.entries[smoke1] == before[smoke1]  # not selected again
+    assert "--cases smoke-3" in after.provenance["command"]
+    assert cli(f"export --gpu cpu --storage {pipeline['db']} --out {out!s} --cases smoke-2") == 2
+    assert "no studies of profile 'cpu' for case(s) smoke-2" in capsys.readouterr().err

@@ -191,6 +191,13 @@ def uses_triton(plan: Any) -> bool:
     return any(b.triton for b in chosen(plan))
 
 
+def reads_mask_on_host(plan: Any) -> bool:
+    """Whether the plan's forward reads the mask's values on the host every call: the
+    per-layer path with an attention that needs the mask's kind (``needs_mask_kind``)."""
+    block = get("fused_block", plan.fused_block)
+    return not getattr(block, "fused", False) and attention(plan.attention).needs_mask_kind(plan)
+
+
 def not_supported_reasons(
     plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool = False
 ) -> list[str]:

@@ -12,11 +12,12 @@ from autotune.cli.common import CliError, add_gpu, add_storage, open_storage, se
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from autotune.core.cases import select_cases
+    from autotune.plan import parse_anchors
     from autotune.runtime import compatibility_problems, load_table
-    from autotune.tools.bench import anchor_names, bench_table, summarise, table_cases
+    from autotune.tools.bench import bench_table, summarise, table_cases
 
     table = load_table(args.table)
-    anchors = anchor_names(args.anchors)
+    anchors = parse_anchors(args.anchors)
     baseline = load_table(args.baseline) if args.baseline else None
     cases = select_cases(args.cases or table_cases(table))
     chosen = selection(args)

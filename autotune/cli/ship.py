@@ -9,6 +9,8 @@ from autotune.cli.common import add_gpu, add_storage, open_storage, selection
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from autotune.core.cases import select_cases
+    from autotune.plan import EXPORT_ANCHORS, parse_anchors
     from autotune.ship.export import ExportOptions, export_table
 
     chosen = selection(args)
@@ -20,6 +22,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         fresh=args.fresh,
         exclude_triton=args.exclude_triton,
         verified=args.verified,
+        cases=tuple(c.id for c in select_cases(args.cases)) if args.cases else None,
+        anchors=EXPORT_ANCHORS if args.anchors is None else tuple(parse_anchors(args.anchors)),
     )
     path, version, winners = export_table(
         chosen, open_storage(args.storage), options, emit=lambda line: print(line, flush=True)
@@ -55,5 +59,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--exclude-triton",
         action="store_true",
         help="only library plans (no project Triton kernels): a baseline table",
+    )
+    p.add_argument(
+        "--cases",
+        help="select only these cases again (e.g. 8,13 or 1-5); the other entries of the "
+        "table at --out are kept as they are",
+    )
+    p.add_argument(
+        "--anchors",
+        help="one-line alternatives measured beside the finalists in the same run; a faster "
+        "one ships instead (default sdpa,sdpa+reduce-overhead; 'none', 'all', or a comma "
+        "list of: sdpa, sdpa+reduce-overhead, max-autotune)",
     )
     p.set_defaults(func=cmd_export)

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune.core.cases import case_sort_key
 from autotune.core.files import write_atomic
 from autotune.core.profiles import ProfileSelection
-from autotune.plan import Plan
+from autotune.plan import EXPORT_ANCHORS, Plan
 from autotune.runtime.table import (
     SCHEMA_VERSION,
     canonical_payload,
@@ -81,29 +82,42 @@ def render_table(
 
 
 def write_table(
-    path: str | Path, profile: str, provenance: dict[str, Any], winners: list[Winner]
+    path: str | Path,
+    profile: str,
+    provenance: dict[str, Any],
+    winners: list[Winner],
+    kept: dict[tuple[Any, ...], Any] | None = None,
 ) -> tuple[Path, int]:
-    """Render and atomically write the table; returns (path, table version)."""
+    """Render and atomically write the table (``kept``: entries carried over as they are,
+    under the winners'); returns (path, table version)."""
     path = Path(path)
-    entries = entries_from_winners(winners)
+    entries = dict(kept or {}) | entries_from_winners(winners)
+    entries = dict(sorted(entries.items(), key=lambda kv: case_sort_key(str(kv[1]["case"]))))
     version = next_version(path, profile, provenance, entries)
     text = render_table(profile, version, provenance, entries)
     write_atomic(path, text)
     return path, version
 
 
-def incumbents(path: Path, profile: str) -> dict[str, Incumbent]:
-    """Per case key, the plan the table at ``path`` already ships (if it is intact)."""
-    from autotune.core.cases import CaseKey
+def _intact_table(path: Path, profile: str) -> Any:
+    """The table at ``path`` if it is intact and made for ``profile``, else None."""
     from autotune.runtime.table import load_table
 
     if not path.is_file():
-        return {}
+        return None
     try:
         table = load_table(path)
     except ValueError:
-        return {}
-    if table.profile != profile or not table.usable:
+        return None
+    return table if table.profile == profile and table.usable else None
+
+
+def incumbents(path: Path, profile: str) -> dict[str, Incumbent]:
+    """Per case key, the plan the table at ``path`` already ships (if it is intact)."""
+    from autotune.core.cases import CaseKey
+
+    table = _intact_table(path, profile)
+    if table is None:
         return {}
     out = {}
     for key, entry in table.entries.items():
@@ -126,6 +140,11 @@ class ExportOptions:
     fresh: bool = False
     exclude_triton: bool = False
     verified: str | None = None
+    # Anchors (plan.ANCHORS) measured beside the finalists; a faster one ships instead.
+    anchors: tuple[str, ...] = EXPORT_ANCHORS
+    # Only these case ids are selected again; the table's other entries are kept as they
+    # are (None: every case with a study).
+    cases: tuple[str, ...] | None = None
 
 
 def export_table(
@@ -160,6 +179,27 @@ def export_table(
             f"no studies for profile {profile!r} in {options.storage_url}; "
             f"run 'autotune study --gpu {profile}' first"
         )
+    kept: dict[tuple[Any, ...], Any] = {}
+    if options.cases is not None:
+        wanted = set(options.cases)
+        studies = {k: st for k, st in studies.items() if trials.case_of(st).id in wanted}
+        missing = sorted(wanted - {trials.case_of(st).id for st in studies.values()})
+        if missing:
+            raise ValueError(
+                f"no studies of profile {profile!r} for case(s) {', '.join(missing)} in "
+                f"{options.storage_url}; run 'autotune study --gpu {profile} --cases "
+                f"{','.join(missing)}' first"
+            )
+        table = None if options.fresh else _intact_table(options.out, profile)
+        if table is not None:
+            from autotune.core.cases import CaseKey
+
+            chosen = {trials.case_key_of(st) for st in studies.values()}
+            kept = {
+                tuple(k): dict(e)
+                for k, e in table.entries.items()
+                if str(CaseKey(*k)) not in chosen
+            }
     held = incumbents(options.out, profile) if not options.fresh else {}
     winners = []
     for study in studies.values():
@@ -173,6 +213,7 @@ def export_table(
             max_memory=options.max_memory_bytes,
             exclude_triton=options.exclude_triton,
             incumbent=held.get(trials.case_key_of(study)),
+            anchors=() if options.exclude_triton else options.anchors,
         )
         bench.release()
         if bench.reference_kind == "oracle" and winner.admitted:
@@ -190,7 +231,9 @@ def export_table(
     provenance = table_provenance(
         selection, export_command(selection, options), storage=options.storage_url
     )
-    path, version = write_table(options.out, profile, provenance, winners)
+    path, version = write_table(options.out, profile, provenance, winners, kept)
+    if kept:
+        emit(f"kept {len(kept)} entries of {options.out} as they are (not in --cases)")
     return path, version, winners
 
 
@@ -202,6 +245,12 @@ def export_command(selection: ProfileSelection, options: ExportOptions) -> str:
         + (" --exclude-triton" if options.exclude_triton else "")
         + (" --fresh" if options.fresh else "")
         + (f" --verified {options.verified}" if options.verified else "")
+        + (f" --cases {','.join(options.cases)}" if options.cases is not None else "")
+        + (
+            f" --anchors {','.join(options.anchors) or 'none'}"
+            if options.anchors != EXPORT_ANCHORS
+            else ""
+        )
     )
 
 

@@ -11,12 +11,13 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
+from autotune.build import not_supported_reasons
 from autotune.core.outcome import OutcomeKind, TimingStats
 from autotune.core.profiles import ProfileSelection
 from autotune.evaluate import evaluate_many
 from autotune.judge.gate import SELECTION_GATE, CaseBench, GateSettings
 from autotune.measure import TimingSettings
-from autotune.plan import REFERENCE_PLAN, Plan
+from autotune.plan import ANCHORS, REFERENCE_PLAN, Plan
 from autotune.search import trials
 
 SELECTION_TIMING = TimingSettings(
@@ -124,10 +125,16 @@ def select_winner(
     gate: GateSettings = SELECTION_GATE,
     exclude_triton: bool = False,
     incumbent: Incumbent | None = None,
+    anchors: tuple[str, ...] = (),
 ) -> Winner:
     """Re-verify and re-time the finalists (and the incumbent) against the reference in
     one interleaved run. A challenger replaces the incumbent only when it beats it by more
-    than the noise; any winner must beat the reference by more than the noise."""
+    than the noise; any winner must beat the reference by more than the noise.
+
+    ``anchors`` (names of ``plan.ANCHORS``: what a user writes in one line) are measured
+    in the same run; one that is faster than the pick ships instead, so the table is never
+    below the best anchor measured beside it. On CUDA a plan that reads the mask on the
+    host every call (a synchronisation) is not shipped."""
     case = bench.case
     space_hash = trials.space_hash_of(study)
     cap = max_memory if max_memory is not None else selection.capacity_bytes
@@ -145,6 +152,7 @@ def select_winner(
         entries = [e for e in entries if e[1] != inc_plan]
         entries.append((incumbent.trial, inc_plan, incumbent.study or study.study_name))
     notes: list[dict[str, Any]] = []
+    anchor_of = {ANCHORS[name]: name for name in anchors}
 
     def note(trial: int | None, plan: Plan, **fields: Any) -> None:
         notes.append(
@@ -152,9 +160,23 @@ def select_winner(
                 "trial": trial,
                 "plan": plan.describe(),
                 **({"incumbent": True} if plan == inc_plan else {}),
+                **({"anchor": anchor_of[plan]} if plan in anchor_of else {}),
                 **fields,
             }
         )
+
+    if bench.device.type == "cuda":
+        for number, plan, _ in [e for e in entries if e[1].reads_mask_on_host]:
+            note(number, plan, dropped="reads the mask on the host every call (a sync)")
+        entries = [e for e in entries if not e[1].reads_mask_on_host]
+    for name in anchors:
+        plan = ANCHORS[name]
+        if any(e[1] == plan for e in entries):
+            continue
+        if why := not_supported_reasons(plan, bench.config, bench.device):
+            note(None, plan, dropped="not run here: " + "; ".join(why))
+            continue
+        entries.append((None, plan, f"anchor {name}"))
 
     outcomes = evaluate_many(
         bench,
@@ -176,8 +198,16 @@ def select_winner(
             note(number, plan, dropped=why)
             continue
         stats = outcome.timing
-        note(number, plan, speedup=round(stats.speedup, 4), noise=round(stats.noise, 4))
+        note(
+            number,
+            plan,
+            speedup=round(stats.speedup, 4),
+            noise=round(stats.noise, 4),
+            median_ms=round(stats.cand_median_ms, 5),
+        )
         scored.append((stats, number, plan, source, outcome))
+    measured_anchors = [s for s in scored if s[2] in anchor_of]
+    scored = [s for s in scored if s[2] not in anchor_of] or measured_anchors
     if not scored:
         return _keep_reference(
             case,
@@ -203,6 +233,13 @@ def select_winner(
             reason = f"replaces the incumbent: {100 * over:.1f}% faster > noise {100 * margin:.1f}%"
     elif held:
         reason = "incumbent re-measured fastest"
+    quickest = max(measured_anchors, key=lambda s: s[0].speedup, default=None)
+    if quickest is not None and quickest is not best and quickest[0].speedup > best[0].speedup:
+        reason = (
+            f"anchor {anchor_of[quickest[2]]} measured faster than every finalist "
+            f"({quickest[0].cand_median_ms:.4f} ms against {best[0].cand_median_ms:.4f} ms)"
+        )
+        best = quickest
     stats, number, plan, source, outcome = best
     gain = stats.speedup - 1.0
     if gain <= max(stats.noise, MIN_GAIN):

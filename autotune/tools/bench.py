@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from autotune.build import build_candidate, not_supported_reasons
 from autotune.core.cases import Case, case_sort_key
 from autotune.core.device import DeviceInfo
 from autotune.core.outcome import OutcomeKind
@@ -21,7 +22,7 @@ from autotune.core.reference import official_settings
 from autotune.evaluate import Candidate, evaluate_many
 from autotune.judge.gate import CaseBench, GateSettings
 from autotune.measure import OFFICIAL_TIMING, TimingSettings
-from autotune.plan import Plan
+from autotune.plan import ANCHORS, Plan
 from autotune.runtime import DispatchedTransformer, DispatchTable
 
 BENCH_GATE = GateSettings(padded_seeds=())  # the official protocol: 5 seeds, as given
@@ -69,6 +70,17 @@ def _dispatcher(
     return model.to(device.torch_device).eval()
 
 
+def _anchor(name: str, bench: CaseBench) -> Plan | Candidate:
+    """An anchor as a user writes it: compiled outputs left as Inductor hands them out
+    (no copy for the caller). A plan the device cannot run stays a plan, so that its
+    outcome says why."""
+    plan = ANCHORS[name]
+    if not_supported_reasons(plan, bench.config, bench.device):
+        return plan
+    module = build_candidate(plan, bench.config, bench.device, bench.state_dict, owns_output=False)
+    return Candidate(name, module)
+
+
 def bench_case(
     case: Case,
     device: DeviceInfo,
@@ -88,11 +100,11 @@ def bench_case(
     candidates: list[Any] = [Candidate("table", model)]
     if baseline is not None:
         candidates.append(Candidate("baseline", _dispatcher(case, bench, baseline, device)))
-    names = list(anchors or [])
-    candidates += [ANCHORS[n] for n in names]
     x, mask = bench.timing_inputs()
     with official_settings(), torch.inference_mode():
-        routes = [str(c.module.explain(x, mask)) for c in candidates if isinstance(c, Candidate)]
+        routes = [str(c.module.explain(x, mask)) for c in candidates]
+    names = list(anchors or [])
+    candidates += [_anchor(name, bench) for name in names]
     outcomes = evaluate_many(bench, candidates, timing=timing, gate=BENCH_GATE, prune=False)
     mine = outcomes[: len(routes)]
     for outcome, route, prefix in zip(mine, routes, ("", "baseline: ")[: len(routes)], strict=True):
@@ -149,26 +161,29 @@ def bench_case(
 
 
 def measure_hot_path(
-    fn: Callable[[], Any], calls: int = 50, profiled: int = 10
+    fn: Callable[[], Any], calls: int = 20, profiled: int = 10
 ) -> tuple[float, float, float, str]:
-    """A warm forward's cost on CUDA: host microseconds per call (the median over
-    ``calls`` single calls, each issued onto an idle device after a synchronisation, so no
-    queue of earlier work can hold it up), device microseconds and kernels per forward
-    (profiler over ``profiled`` forwards: kernels, copies and sets), and whether steady
-    calls are free of host synchronisation (``set_sync_debug_mode("error")``)."""
+    """A warm forward's cost on CUDA: host microseconds per call (``calls`` calls issued
+    back to back with no synchronisation between them, the wall time over the count; the
+    median of 5 such bursts, each started on an idle device), device microseconds and
+    kernels per forward (profiler over ``profiled`` forwards: kernels, copies and sets),
+    and whether steady calls are free of host synchronisation
+    (``set_sync_debug_mode("error")``)."""
     import statistics
     import time
 
     from torch.profiler import ProfilerActivity, profile
 
-    fn()
-    host_times = []
-    for _ in range(calls):
+    for _ in range(3):
+        fn()
+    bursts = []
+    for _ in range(5):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        fn()
-        host_times.append((time.perf_counter() - t0) * 1e6)
-    host = statistics.median(host_times)
+        for _ in range(calls):
+            fn()
+        bursts.append((time.perf_counter() - t0) * 1e6 / calls)
+    host = statistics.median(bursts)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(profiled):
@@ -188,13 +203,6 @@ def measure_hot_path(
         torch.cuda.set_sync_debug_mode(0)
         torch.cuda.synchronize()
     return host, gpu / profiled, kernels / profiled, sync_free
-
-
-ANCHORS: dict[str, Plan] = {
-    "sdpa": Plan(attention="sdpa_auto"),
-    "sdpa+reduce-overhead": Plan(attention="sdpa_auto", compile="reduce-overhead"),
-    "max-autotune": Plan(attention="sdpa_auto", compile="max-autotune"),
-}
 
 
 ROW_HEADER = (
@@ -370,17 +378,6 @@ def _row_from_csv(data: dict[str, str]) -> BenchRow:
         else:
             kwargs[f.name] = float(raw) if raw not in ("", "None") else None
     return BenchRow(**kwargs)
-
-
-def anchor_names(spec: str | None) -> list[str]:
-    """``--anchors`` (None: no anchors; "all"; or a comma list of ANCHORS names)."""
-    if spec is None:
-        return []
-    names = list(ANCHORS) if spec == "all" else [a.strip() for a in spec.split(",")]
-    unknown = [a for a in names if a not in ANCHORS]
-    if unknown:
-        raise ValueError(f"unknown anchors {unknown}; valid: {', '.join(ANCHORS)} or all")
-    return names
 
 
 def table_cases(table: DispatchTable) -> str:

@@ -128,3 +128,23 @@ def test_a_plan_matching_no_variant_is_refused() -> None:
     space = _space()
     with pytest.raises(ValueError, match="variant"):
         space.params_for(Plan(attention="sdpa_flash"))
+
+
+def test_the_gpu_space_is_sync_free_and_compiles_only_library_attention() -> None:
+    from autotune.build import GRAPHED_COMPILE_MODES
+
+    (space,) = [s for s in builtin_spaces() if s.name == "gpu"]
+    plans = list(space.enumerate())
+    assert not any(p.reads_mask_on_host for p in plans)  # export would not ship them
+    compiled = [p for p in plans if p.compile != "none"]
+    assert {p.compile for p in compiled} == {"default", "reduce-overhead"}
+    assert {p.attention for p in compiled} == {
+        "sdpa_auto",
+        "sdpa_efficient",
+        "sdpa_flash",
+        "sdpa_cudnn",
+    }
+    assert not any(p.cuda_graph for p in compiled if p.compile in GRAPHED_COMPILE_MODES)
+    assert not any(p.uses_triton for p in compiled)
+    for plan in space.enqueue:  # every prior is a plan of the space, as written
+        assert space.sample(optuna.trial.FixedTrial(space.params_for(plan))) == plan

@@ -1,0 +1,81 @@
+"""Winner selection against the anchors, with the measurements given (no timing here)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from autotune.core.cases import get_case
+from autotune.core.device import detect_device
+from autotune.core.outcome import Outcome, OutcomeKind, TimingStats
+from autotune.core.profiles import select_profile
+from autotune.judge.gate import CaseBench
+from autotune.plan import ANCHORS, Plan
+from autotune.ship import select
+from autotune.ship.select import Incumbent, select_winner
+
+FINALIST = Plan(attention="sdpa_math", heads="strided")
+
+
+def _passed(speedup: float) -> Outcome:
+    stats = TimingStats(1.0, 1.0 / speedup, speedup, 0.001, 3, 100)
+    return Outcome(OutcomeKind.PASSED, timing=stats, seeds_checked=5)
+
+
+def _select(monkeypatch, speedups: dict[Plan, float], device=None, incumbent=None):
+    seen: list[Plan] = []
+
+    def fake_evaluate_many(bench, plans, **_):
+        seen.extend(plans)
+        return [_passed(speedups.get(p, 1.0)) for p in plans]
+
+    monkeypatch.setattr(select, "evaluate_many", fake_evaluate_many)
+    case = get_case("smoke-1")
+    bench = CaseBench(case, detect_device("cpu"))
+    bench.device = device or bench.device  # the rules read its type; nothing runs
+    study = optuna.create_study(study_name="s", directions=["minimize"])
+    winner = select_winner(
+        study,
+        select_profile("cpu"),
+        bench,
+        incumbent=incumbent,
+        anchors=("sdpa", "sdpa+reduce-overhead"),
+    )
+    return winner, seen
+
+
+def test_an_anchor_faster_than_every_finalist_ships(monkeypatch) -> None:
+    inc = Incumbent(FINALIST, "s", 3)
+    winner, seen = _select(monkeypatch, {FINALIST: 2.0, ANCHORS["sdpa"]: 2.5}, incumbent=inc)
+    assert seen == [FINALIST, ANCHORS["sdpa"]]  # reduce-overhead cannot run on the CPU
+    assert winner.plan == ANCHORS["sdpa"] and winner.admitted
+    assert "anchor sdpa measured faster" in winner.reason
+    notes = {n.get("anchor", "finalist"): n for n in winner.finalists}
+    assert "needs CUDA" in notes["sdpa+reduce-overhead"]["dropped"]
+
+
+def test_a_finalist_faster_than_the_anchors_ships(monkeypatch) -> None:
+    inc = Incumbent(FINALIST, "s", 3)
+    winner, _ = _select(monkeypatch, {FINALIST: 2.0, ANCHORS["sdpa"]: 1.5}, incumbent=inc)
+    assert winner.plan == FINALIST
+
+
+@pytest.mark.parametrize("cuda", [False, True])
+def test_a_plan_that_reads_the_mask_on_the_host_is_not_shipped_on_cuda(monkeypatch, cuda) -> None:
+    import dataclasses
+
+    syncing = Plan(attention="sdpa_math", mask="elide")
+    assert syncing.reads_mask_on_host and not FINALIST.reads_mask_on_host
+    device = detect_device("cpu")
+    if cuda:  # only the device type matters to the rule; nothing runs
+        device = dataclasses.replace(device, type="cuda")
+    inc = Incumbent(syncing, "s", 3)
+    winner, seen = _select(
+        monkeypatch, {syncing: 3.0, ANCHORS["sdpa"]: 1.5}, device=device, incumbent=inc
+    )
+    if cuda:
+        assert syncing not in seen and winner.plan != syncing
+        (note,) = [n for n in winner.finalists if n.get("incumbent")]
+        assert "reads the mask on the host" in note["dropped"]
+    else:
+        assert winner.plan == syncing
