@@ -13,6 +13,7 @@ right: a candidate is a drop-in for the reference on every input.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from autotune.core.reference import (
     LAYERNORM_EPS,
     ReferenceTransformer,
     TransformerConfig,
-    matmul_precision,
+    settings_key,
 )
 from autotune.plan import Plan
 
@@ -328,15 +329,7 @@ class CandidateTransformer(ReferenceTransformer):
     def _graph_forward(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
-        key = (
-            tuple(x.shape),
-            x.dtype,
-            x.device,
-            kind,
-            torch.is_inference_mode_enabled(),
-            torch.backends.cuda.matmul.allow_tf32,
-            matmul_precision(),
-        )
+        key = (x.shape, x.dtype, x.device, kind, settings_key())
         graph = self._graphs.get(key)
         if graph is None:
             graph = _CapturedForward(lambda xx, mm: self._chunked(xx, mm, kind, weights), x, mask)
@@ -399,6 +392,12 @@ class CandidateTransformer(ReferenceTransformer):
         return self._linear(backend.attend(call), w.out_w, w.out_b)
 
 
+# The C method itself: torch's Python wrapper adds a debug tracker check per replay.
+_replay: Callable[[Any], None] = getattr(getattr(torch._C, "_CUDAGraph", None), "replay", None) or (
+    lambda graph: graph.replay()
+)
+
+
 def _storage_uses(t: Tensor) -> int:
     """How many tensors share ``t``'s storage (views included)."""
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
@@ -445,7 +444,7 @@ class _CapturedForward:
         self.pool = torch.cuda.graph_pool_handle()
         ring = out.numel() * out.element_size() <= self.RING_BYTES
         self.slots: list[Tensor | None] = [None] * (self.SLOTS if ring else 0)
-        self.slot_base: list[int] = [0] * len(self.slots)
+        self.slot_base: list[tuple[int, int, int]] = [(0, 0, 0)] * len(self.slots)
         # (source, slot) -> (graph, its output); source "staged" or the direct pointers.
         self.graphs: dict[tuple[Any, int], tuple[torch.cuda.CUDAGraph, Tensor]] = {}
         self.direct: tuple[int, int] | None = None  # the input addresses graphs read
@@ -468,18 +467,24 @@ class _CapturedForward:
                 assert buf is not None
                 buf.copy_(out)
                 out = buf
-        self.graphs[(source, slot)] = (graph, out)
-        return graph, out
+        # A ring buffer is referenced from ``slots`` alone (its reference count says
+        # whether the caller still holds it).
+        self.graphs[(source, slot)] = (graph, out if slot < 0 else self.static_out)
+        return self.graphs[(source, slot)]
 
     def _free_slot(self) -> int:
-        """A ring buffer no caller holds (allocated on first need), or -1."""
-        for i, buf in enumerate(self.slots):
+        """A ring buffer no caller holds (allocated on first need), or -1. The buffer is
+        handed out as it is: the caller holds it while its Python reference count or its
+        storage's use count (views) is above what this object alone accounts for."""
+        slots = self.slots
+        for i in range(len(slots)):
+            buf = slots[i]
             if buf is None:
                 buf = torch.empty_like(self.static_out)
-                self.slots[i] = buf
-                self.slot_base[i] = _storage_uses(buf)
+                slots[i] = buf
+                self.slot_base[i] = (sys.getrefcount(buf), _storage_uses(buf), buf.data_ptr())
                 return i
-            if _storage_uses(buf) == self.slot_base[i]:
+            if (sys.getrefcount(buf), _storage_uses(buf), buf.data_ptr()) == self.slot_base[i]:
                 return i
         return -1
 
@@ -503,10 +508,10 @@ class _CapturedForward:
             x, mask = self.static_x, self.static_mask
         slot = self._free_slot()
         graph, out = self._graph(source, slot, x, mask)
-        graph.replay()
+        _replay(graph)
         if slot < 0:
             return out.clone()
-        return out.view(out.shape)  # a new tensor on the buffer: its use count shows it held
+        return self.slots[slot]  # type: ignore[return-value]
 
 
 def _raise_dynamo_limits() -> None:

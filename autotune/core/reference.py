@@ -274,9 +274,34 @@ def matmul_precision() -> str | None:
     """``torch.get_float32_matmul_precision()``, or None where torch refuses to say (torch
     2.13 raises once the legacy ``allow_tf32`` flags and the precision setting disagree)."""
     try:
-        return torch.get_float32_matmul_precision()
+        return _get_precision()
     except RuntimeError:
         return None
+
+
+# The flags read on every call, straight from torch's C layer where it has them (the
+# public accessors go through Python properties: microseconds per call on the hot path).
+_get_precision = getattr(torch._C, "_get_float32_matmul_precision", None) or (
+    torch.get_float32_matmul_precision
+)
+_cublas_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None) or (
+    lambda: torch.backends.cuda.matmul.allow_tf32
+)
+_cudnn_tf32 = getattr(torch._C, "_get_cudnn_allow_tf32", None) or (
+    lambda: torch.backends.cudnn.allow_tf32
+)
+
+
+def settings_key() -> tuple[Any, ...]:
+    """What a forward's numerics and a captured graph depend on besides the inputs: grad
+    and inference mode, the TF32 flags and the matmul precision (a few C calls)."""
+    return (
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+        _cublas_tf32(),
+        _cudnn_tf32(),
+        matmul_precision(),
+    )
 
 
 @contextlib.contextmanager

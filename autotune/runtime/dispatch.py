@@ -33,6 +33,7 @@ from autotune.core.reference import (
     matmul_precision,
     official_settings,
     official_settings_active,
+    settings_key,
 )
 from autotune.plan import Plan
 from autotune.runtime.table import DispatchTable, compatibility_problems, load_table
@@ -276,9 +277,5 @@ def _call_key(x: Tensor, mask: Tensor | None) -> tuple[Any, ...]:
         x.dtype,
         x.device,
         None if mask is None else (mask.shape, mask.dtype),
-        torch.is_grad_enabled(),
-        torch.is_inference_mode_enabled(),
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-        matmul_precision(),
+        settings_key(),
     )
