@@ -588,3 +588,18 @@ def test_export_of_some_cases_keeps_the_other_entries_as_they_are(pipeline, tmp_
     assert "--cases smoke-3" in after.provenance["command"]
     assert cli(f"export --gpu cpu --storage {pipeline['db']} --out {out!s} --cases smoke-2") == 2
     assert "no studies of profile 'cpu' for case(s) smoke-2" in capsys.readouterr().err
+
+
+def test_a_case_whose_selection_crashes_keeps_its_entry_and_the_others_ship(
+    pipeline, tmp_path, capsys, monkeypatch
+) -> None:
+    out = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math", "qkv": "packed"})
+    before = load_table(out).entries
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "crash")  # every evaluation aborts its process
+    assert cli(f"export --gpu cpu --storage {pipeline['db']} --out {out!s}") == 1
+    captured = capsys.readouterr()
+    assert captured.out.count("not selected again (its process ended with exit code") == 2
+    assert "the table keeps its entry" in captured.out
+    assert "rerun with --cases smoke-1,smoke-3" in captured.err
+    after = load_table(out)
+    assert after.usable and after.entries == before  # nothing lost, nothing half-written

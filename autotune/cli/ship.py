@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from autotune.cli.common import add_gpu, add_storage, open_storage, selection
@@ -25,13 +26,20 @@ def cmd_export(args: argparse.Namespace) -> int:
         cases=tuple(c.id for c in select_cases(args.cases)) if args.cases else None,
         anchors=EXPORT_ANCHORS if args.anchors is None else tuple(parse_anchors(args.anchors)),
     )
-    path, version, winners = export_table(
+    path, version, winners, failed = export_table(
         chosen, open_storage(args.storage), options, emit=lambda line: print(line, flush=True)
     )
     print(
-        f"wrote {path} (table version {version}, {len(winners)} entries, "
+        f"wrote {path} (table version {version}, {len(winners)} entries selected, "
         f"{sum(w.admitted for w in winners)} tuned)"
     )
+    if failed:
+        print(
+            f"autotune export: case(s) {', '.join(failed)} not selected again (see above); "
+            "rerun with --cases " + ",".join(failed),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

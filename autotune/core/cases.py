@@ -211,7 +211,9 @@ def _refuse_malformed_shape(spec: str) -> None:
 
 def select_cases(spec: str) -> list[Case]:
     """Cases from a spec: ``all``, ``official``, ``smoke``, ``1-13``, ``2,5,smoke-1`` or
-    custom shapes separated by ``;`` (``8,256,128,4,512,2,causal;4,64,64,2,128,1``)."""
+    custom shapes separated by ``;`` (``8,256,128,4,512,2,causal;4,64,64,2,128,1``). A comma
+    list of case ids only is cases (``1,5,6,9,10,11``); a shape whose six numbers are all
+    case ids is written with its kind (``1,8,8,2,8,2,causal``)."""
     spec = spec.strip()
     if spec == "all":
         return list(OFFICIAL_CASES)
@@ -219,7 +221,9 @@ def select_cases(spec: str) -> list[Case]:
         return list(OFFICIAL_CASES)
     if spec == "smoke":
         return list(SMOKE_CASES)
-    if ";" in spec or _CUSTOM.match(spec):
+    tokens = [t.strip() for t in spec.split(",")]
+    only_ids = all(t in _REGISTRY for t in tokens)  # "1,5,6,9,10,11": six cases, not a shape
+    if ";" in spec or (_CUSTOM.match(spec) and not only_ids):
         return [parse_custom(part) for part in spec.split(";") if part.strip()]
     _refuse_malformed_shape(spec)
     out: list[Case] = []

@@ -130,6 +130,92 @@ def incumbents(path: Path, profile: str) -> dict[str, Incumbent]:
 
 
 @dataclasses.dataclass(frozen=True)
+class SelectJob:
+    """One case's selection, as plain data a child process can take."""
+
+    storage_url: str
+    study_name: str
+    profile: str
+    emulated: bool
+    finalists: int
+    max_memory_bytes: int | None
+    exclude_triton: bool
+    incumbent: Incumbent | None
+    anchors: tuple[str, ...]
+    verified: str | None
+
+
+def select_case(job: SelectJob) -> Winner:
+    """Re-measure one study's finalists, its incumbent and the anchors; the winner (verified
+    on the whole batch where the dense reference cannot run)."""
+    import optuna
+
+    from autotune.core.profiles import select_profile
+    from autotune.judge.gate import CaseBench
+    from autotune.search import trials
+
+    selection = select_profile(job.profile, emulate=job.emulated)
+    storage = trials.open_storage(job.storage_url, heartbeat_interval=None, grace_period=None)
+    study = optuna.load_study(study_name=job.study_name, storage=storage)
+    case = trials.case_of(study)
+    bench = CaseBench(case, selection.effective_device())
+    winner = select_winner(
+        study,
+        selection,
+        bench,
+        k=job.finalists,
+        max_memory=job.max_memory_bytes,
+        exclude_triton=job.exclude_triton,
+        incumbent=job.incumbent,
+        anchors=job.anchors,
+    )
+    bench.release()
+    if bench.reference_kind == "oracle" and winner.admitted:
+        from autotune.judge.fullbatch import verified_on_full_batch
+
+        winner = verified_on_full_batch(winner, case, selection, job.verified)
+    return winner
+
+
+def _select_child(conn: Any, job: SelectJob) -> None:
+    import signal
+    import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    try:
+        conn.send(("ok", select_case(job)))
+    except BaseException as exc:  # reported to the parent, which keeps the case's entry
+        last = traceback.format_exc().strip().splitlines()[-1]
+        conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0][:300] or last))
+    finally:
+        conn.close()
+
+
+def select_isolated(job: SelectJob) -> tuple[Winner | None, str]:
+    """``select_case`` in a spawned child process: (winner, "") or (None, what happened)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_select_child, args=(child, job), daemon=True)
+    proc.start()
+    child.close()
+    try:
+        message = parent.recv() if parent.poll(None) else None
+    except EOFError:
+        message = None
+    except BaseException:
+        proc.kill()
+        proc.join()
+        raise
+    proc.join()
+    if message is None:
+        return None, f"its process ended with exit code {proc.exitcode} and no result"
+    kind, value = message
+    return (value, "") if kind == "ok" else (None, value)
+
+
+@dataclasses.dataclass(frozen=True)
 class ExportOptions:
     """What ``autotune export`` takes besides the profile and the storage."""
 
@@ -145,6 +231,7 @@ class ExportOptions:
     # Only these case ids are selected again; the table's other entries are kept as they
     # are (None: every case with a study).
     cases: tuple[str, ...] | None = None
+    isolate: bool = True  # each case's selection in a child process
 
 
 def export_table(
@@ -152,12 +239,14 @@ def export_table(
     storage: Any,
     options: ExportOptions,
     emit: Callable[[str], None] = print,
-) -> tuple[Path, int, list[Winner]]:
+) -> tuple[Path, int, list[Winner], list[str]]:
     """Studies -> winners -> table: each case's study of this profile gives its re-measured
     winner (an incumbent in the table at ``options.out`` must be beaten beyond the noise);
     a winner judged on the oracle's batch subset is verified on the whole batch first.
-    Returns the path, the table version and the winners."""
-    from autotune.judge.gate import CaseBench
+
+    Each case is selected in a process of its own (``options.isolate``): a device fault
+    or a crash ends that case only, whose entry in the table at ``options.out`` is kept.
+    Returns the path, the table version, the winners and the ids of the failed cases."""
     from autotune.search import trials
     from autotune.search.space import available_spaces, select_space
 
@@ -201,25 +290,38 @@ def export_table(
                 if str(CaseKey(*k)) not in chosen
             }
     held = incumbents(options.out, profile) if not options.fresh else {}
+    old = None if options.fresh else _intact_table(options.out, profile)
     winners = []
+    failed: list[str] = []
     for study in studies.values():
         case = trials.case_of(study)
-        bench = CaseBench(case, selection.effective_device())
-        winner = select_winner(
-            study,
-            selection,
-            bench,
-            k=options.finalists,
-            max_memory=options.max_memory_bytes,
+        job = SelectJob(
+            storage_url=options.storage_url,
+            study_name=study.study_name,
+            profile=profile,
+            emulated=selection.emulated,
+            finalists=options.finalists,
+            max_memory_bytes=options.max_memory_bytes,
             exclude_triton=options.exclude_triton,
             incumbent=held.get(trials.case_key_of(study)),
             anchors=() if options.exclude_triton else options.anchors,
+            verified=options.verified,
         )
-        bench.release()
-        if bench.reference_kind == "oracle" and winner.admitted:
-            from autotune.judge.fullbatch import verified_on_full_batch
-
-            winner = verified_on_full_batch(winner, case, selection, options.verified)
+        winner, problem = select_isolated(job) if options.isolate else (select_case(job), "")
+        if winner is None:
+            failed.append(case.id)
+            key = case.key.as_tuple()
+            if old is not None and key in old.entries:
+                kept[key] = dict(old.entries[key])
+            emit(
+                f"case {case.id}: not selected again ({problem}); "
+                + (
+                    "the table keeps its entry"
+                    if key in kept
+                    else "no entry: the reference serves it"
+                )
+            )
+            continue
         winners.append(winner)
         ev = winner.evidence()
         verdict = (
@@ -233,8 +335,8 @@ def export_table(
     )
     path, version = write_table(options.out, profile, provenance, winners, kept)
     if kept:
-        emit(f"kept {len(kept)} entries of {options.out} as they are (not in --cases)")
-    return path, version, winners
+        emit(f"kept {len(kept)} entries of {options.out} as they are")
+    return path, version, winners, failed
 
 
 def export_command(selection: ProfileSelection, options: ExportOptions) -> str:

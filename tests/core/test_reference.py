@@ -166,6 +166,10 @@ def test_custom_case_from_string() -> None:
     assert parse_custom("2,16,32,2,64,1,noncausal").config.causal is False
     assert get_case(case.id) == case
     assert [c.id for c in select_cases("1-3,smoke-2")] == ["1", "2", "3", "smoke-2"]
+    # Six case ids are six cases (this read as a shape once and failed a device run).
+    assert [c.id for c in select_cases("1,5,6,9,10,11")] == ["1", "5", "6", "9", "10", "11"]
+    assert select_cases("1,8,8,2,8,2,causal")[0].config == TransformerConfig(1, 8, 8, 2, 8, 2, True)
+    assert select_cases("8,256,128,4,512,2")[0].config.seq_len == 256
     with pytest.raises(ValueError, match="unknown case"):
         get_case("15")
     with pytest.raises(ValueError, match="num_heads"):
