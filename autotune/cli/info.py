@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from autotune.cli.common import DEFAULT_GOLDEN, chunk_pair, default_vectors
 
@@ -78,7 +79,51 @@ def cmd_kernels_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_floors(args: argparse.Namespace) -> int:
+    from autotune.core.cases import case_sort_key, select_cases
+    from autotune.tools.floors import ceilings_for, floor_of, floors_table
+
+    if args.launches_per_layer < 1:
+        raise ValueError(f"--launches-per-layer must be at least 1, got {args.launches_per_layer}")
+    ceilings = ceilings_for(
+        args.gpu,
+        {
+            "fp16_tflops": args.fp16_tflops,
+            "tf32_tflops": args.tf32_tflops,
+            "tb_per_s": args.tb_per_s,
+            "launch_us": args.launch_us,
+        },
+    )
+    cases = sorted(select_cases(args.cases), key=lambda c: case_sort_key(c.id))
+    floors = [floor_of(c, ceilings, args.launches_per_layer) for c in cases]
+    measured = None
+    if args.bench:
+        from autotune.tools.bench import read_csv
+
+        measured = {r.case: r for r in read_csv(Path(args.bench))}
+    print(
+        f"ceilings: {ceilings['fp16_tflops']:g} TFLOP/s fp16, {ceilings['tf32_tflops']:g} tf32, "
+        f"{ceilings['tb_per_s']:g} TB/s, {ceilings['launch_us']:g} us a launch; "
+        f"{args.launches_per_layer} launch(es) per layer"
+    )
+    print(floors_table(floors, measured))
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "floors", help="per case: FLOPs, fewest bytes, and the hardware's floor per forward"
+    )
+    p.add_argument("--gpu", default="h200", help="profile whose measured ceilings to use")
+    p.add_argument("--cases", default="1-13", help="case spec (default 1-13)")
+    p.add_argument("--bench", help="an 'autotune bench --hot-path --csv' file: measured beside")
+    p.add_argument("--launches-per-layer", type=int, default=2)
+    p.add_argument("--fp16-tflops", type=float)
+    p.add_argument("--tf32-tflops", type=float)
+    p.add_argument("--tb-per-s", type=float)
+    p.add_argument("--launch-us", type=float)
+    p.set_defaults(func=cmd_floors)
+
     p = sub.add_parser("cases", help="list the official, smoke and custom cases")
     p.add_argument("--cases", help="a case spec, e.g. 1-13, smoke, 8,256,128,4,512,2,causal")
     p.set_defaults(func=cmd_cases)
