@@ -603,3 +603,11 @@ def test_a_case_whose_selection_crashes_keeps_its_entry_and_the_others_ship(
     assert "rerun with --cases smoke-1,smoke-3" in captured.err
     after = load_table(out)
     assert after.usable and after.entries == before  # nothing lost, nothing half-written
+
+
+def test_export_in_process_selects_the_same_cases(pipeline, tmp_path, capsys) -> None:
+    out = tmp_path / "cpu.py"
+    db = pipeline["db"]
+    assert cli(f"export --gpu cpu --storage {db} --out {out!s} --in-process --cases smoke-3") == 0
+    assert "case smoke-3:" in capsys.readouterr().out
+    assert [e["case"] for e in load_table(out).entries.values()] == ["smoke-3"]

@@ -24,6 +24,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         exclude_triton=args.exclude_triton,
         verified=args.verified,
         cases=tuple(c.id for c in select_cases(args.cases)) if args.cases else None,
+        isolate=not args.in_process,
         anchors=EXPORT_ANCHORS if args.anchors is None else tuple(parse_anchors(args.anchors)),
     )
     path, version, winners, failed = export_table(
@@ -67,6 +68,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--exclude-triton",
         action="store_true",
         help="only library plans (no project Triton kernels): a baseline table",
+    )
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="select every case in this process (for debugging; by default each case runs in "
+        "a process of its own, so a device fault ends that case only)",
     )
     p.add_argument(
         "--cases",
