@@ -218,6 +218,16 @@ def make_objective(
     restrictions unrun; else evaluate; store everything and set the constraints. Ctrl-C
     stops the evaluation in flight and fails the trial (``autotune.search.interrupt``)."""
     count = [0]
+    space_size: list[int] = []  # counted on the first repeat (enumerating takes up to ~1 s)
+
+    def exhausted() -> bool:
+        """Every plan of the space is measured: further trials could only repeat."""
+        if not space_size:
+            space_size.append(space.size())
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        return len({t.user_attrs.get(trials.PLAN_HASH) for t in done if trials.counts(t)}) >= (
+            space_size[0]
+        )
 
     def objective(trial: optuna.Trial) -> list[float]:
         count[0] += 1
@@ -231,8 +241,11 @@ def make_objective(
             time.sleep(2.5)  # test hook: a worker dies mid-trial, after its first heartbeats
             os.kill(os.getpid(), signal.SIGKILL)
         if prior is not None:
-            outcome = trials.mark_duplicate(trial, prior)
+            outcome = trials.mark_duplicate(trial, prior)  # free: it does not count
+            if exhausted():
+                run.stop = True
         elif (reason := space.violated(plan)) is not None:
+            trial.set_user_attr(trials.FORBIDDEN, True)
             outcome = Outcome(
                 OutcomeKind.UNSUPPORTED,
                 reason,

@@ -35,6 +35,7 @@ OUTCOME = "outcome"
 OUTCOME_KIND = "outcome_kind"
 SECONDS = "seconds"
 DUPLICATE_OF = "duplicate_of"
+FORBIDDEN = "forbidden"  # the plan breaks a restriction of the space: not run
 ENQUEUED = "enqueued"
 WARM_START = "warm_start"
 FAIL_REASON = "fail_reason"
@@ -210,8 +211,18 @@ def _latency_order(t: FrozenTrial) -> tuple[float, float, int]:
     return (t.values[0], t.values[1], t.number)
 
 
+def counts(trial: FrozenTrial) -> bool:
+    """Whether a finished trial counts toward ``--n-trials``: it measured a plan. A repeat
+    of a measured plan (its outcome reused) and a plan the space forbids (not run) are
+    recorded, so the sampler learns from them, but cost no trial."""
+    return DUPLICATE_OF not in trial.user_attrs and FORBIDDEN not in trial.user_attrs
+
+
 def completed_trials(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    """The complete trials that count (``counts``)."""
+    return sum(
+        1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if counts(t)
+    )
 
 
 def find_prior(study: optuna.Study, plan_hash: str, number: int) -> FrozenTrial | None:
@@ -291,7 +302,7 @@ def claim(
         if any(PLAN_HASH not in t.user_attrs for t in ahead):
             wait(poll)  # a lower trial has not claimed its plan yet (milliseconds)
             continue
-        complete = sum(1 for t in live if t.state == TrialState.COMPLETE)
+        complete = sum(1 for t in live if t.state == TrialState.COMPLETE and counts(t))
         if complete >= n_trials:
             return SURPLUS, None
         if complete + len(ahead) >= n_trials:

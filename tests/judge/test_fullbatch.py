@@ -208,7 +208,8 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
         == 0
     )
     table = tmp_path / "t.py"
-    assert cli(f"export --gpu cpu --storage {db} --out {table}") == 0
+    export = f"export --gpu cpu --storage {db} --out {table} --in-process --anchors none"
+    assert cli(export) == 0  # in this process: the oracle-only patch holds there
     out = capsys.readouterr().out
     entry = next(iter(load_table(table).entries.values()))
     assert entry["admitted"], out
@@ -248,7 +249,7 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
     }
     rec = tmp_path / "long.json"
     rec.write_text(json.dumps(record))
-    assert cli(f"export --gpu cpu --storage {db} --out {table} --fresh --verified {rec}") == 0
+    assert cli(f"{export} --fresh --verified {rec}") == 0
     entry = next(iter(load_table(table).entries.values()))
     assert not entry["admitted"]
     assert "failed whole-batch verification" in entry["evidence"]["reason"]

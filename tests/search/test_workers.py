@@ -12,6 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune.search.trials import counts
 from tests.conftest import cli
 
 SPACE = {
@@ -94,11 +95,13 @@ def test_three_workers_finish_exactly_n_trials_and_a_killed_workers_trial_is_ret
         pytest.skip("set AUTOTUNE_TEST_POSTGRES (scripts/postgres.sh start) to run this")
     url = urls[0]
     _clean_postgres(url)
-    n = 9
+    n = 8  # the whole space: the run ends when no plan is left to measure
     _worker_run(url, space_file, n, {"AUTOTUNE_KILL_WORKER": "0@2"}, monkeypatch)
     trials = _trials(url)
     states = [t.state for t in trials]
-    assert states.count(TrialState.COMPLETE) == n  # no trial lost, none extra
+    measured = [t for t in trials if t.state == TrialState.COMPLETE and counts(t)]
+    assert len(measured) == n  # no trial lost, none extra (repeats are free, not counted)
+    assert len({t.user_attrs["plan_hash"] for t in measured}) == n  # no plan measured twice
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 1  # the killed worker's trial ...
@@ -195,7 +198,7 @@ def test_ctrl_c_stops_a_study_cleanly_and_the_same_command_resumes(tmp_path) -> 
     assert "interrupted" in err
     states = [t.state for t in _trials(url)]
     assert TrialState.RUNNING not in states  # the interrupted trial was closed, not left open
-    before = states.count(TrialState.COMPLETE)
+    before = sum(t.state == TrialState.COMPLETE and counts(t) for t in _trials(url))
     assert before >= 2
     target = before + 1
     assert (
@@ -205,7 +208,7 @@ def test_ctrl_c_stops_a_study_cleanly_and_the_same_command_resumes(tmp_path) -> 
         )
         == 0
     )
-    assert [t.state for t in _trials(url)].count(TrialState.COMPLETE) == target
+    assert sum(t.state == TrialState.COMPLETE and counts(t) for t in _trials(url)) == target
 
 
 def _study_cmd(url: str, *extra: str) -> list[str]:
@@ -264,7 +267,7 @@ def test_ctrl_c_to_the_process_group_fails_the_trial_in_flight_at_once_and_the_r
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     done = _trials(url)
-    assert [t.state for t in done].count(TrialState.COMPLETE) == 8  # every plan, once
+    assert sum(t.state == TrialState.COMPLETE and counts(t) for t in done) == 8  # every plan, once
     assert next(t for t in done if t.number == retry.number).state == TrialState.COMPLETE
 
 
@@ -293,9 +296,22 @@ def test_independent_processes_on_one_storage_complete_exactly_n_trials_measurin
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-2000:]
     done = _trials(url)
-    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    complete = [t for t in done if t.state == TrialState.COMPLETE and counts(t)]
     assert len(complete) == 8  # in total, not per process
     measured = [t.user_attrs["plan_hash"] for t in complete if "duplicate_of" not in t.user_attrs]
     assert len(measured) == len(set(measured))  # a repeat reuses the recorded outcome
     assert TrialState.RUNNING not in [t.state for t in done]
     _clean_postgres(url)
+
+
+def test_a_study_stops_when_its_space_is_exhausted_and_repeats_cost_no_trial(tmp_path) -> None:
+    space = dict(SPACE, params=SPACE["params"][:2])  # 4 plans
+    f = tmp_path / "small.json"
+    f.write_text(json.dumps(space))
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = "study --gpu cpu --cases smoke-1 --n-trials 6 --sampler grid --no-isolation"
+    assert cli(f"{study} --space {f} --storage {url} --quiet") == 0
+    complete = [t for t in _trials(url) if t.state == TrialState.COMPLETE]
+    measured = [t for t in complete if counts(t)]
+    assert len(measured) == 4 == len({t.user_attrs["plan_hash"] for t in measured})
+    assert len(complete) - len(measured) <= 1  # one repeat shows the space is spent: stop
