@@ -201,6 +201,13 @@ class RunState:
     guard: InterruptGuard
     stop: bool = False  # the study is full (a surplus trial was met)
     in_flight: int | None = None  # the storage id of the trial being evaluated
+    last_free: bool = False  # the last trial cost nothing (a repeat, or forbidden)
+    spent: int = 0  # trials of this process that were not free
+    free_streak: int = 0  # free trials in a row (a sampler stuck on measured plans)
+
+
+# Free trials in a row after which a run stops: the sampler keeps proposing measured plans.
+MAX_FREE_STREAK = 200
 
 
 def make_objective(
@@ -225,13 +232,15 @@ def make_objective(
         if not space_size:
             space_size.append(space.size())
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        return len({t.user_attrs.get(trials.PLAN_HASH) for t in done if trials.counts(t)}) >= (
-            space_size[0]
+        return (
+            len({t.user_attrs.get(trials.PLAN_HASH) for t in done if trials.counts(t)})
+            >= (space_size[0])
         )
 
     def objective(trial: optuna.Trial) -> list[float]:
         count[0] += 1
         run.in_flight = trial._trial_id
+        run.last_free = False
         plan = space.sample(trial)
         verdict, prior = trials.claim(study, trial, plan.hash, run.n_trials)
         if verdict == trials.SURPLUS:
@@ -242,10 +251,12 @@ def make_objective(
             os.kill(os.getpid(), signal.SIGKILL)
         if prior is not None:
             outcome = trials.mark_duplicate(trial, prior)  # free: it does not count
+            run.last_free = True
             if exhausted():
                 run.stop = True
         elif (reason := space.violated(plan)) is not None:
             trial.set_user_attr(trials.FORBIDDEN, True)
+            run.last_free = True
             outcome = Outcome(
                 OutcomeKind.UNSUPPORTED,
                 reason,
@@ -283,18 +294,32 @@ def optimize(
     timeout: float | None = None,
     callbacks: list[Callable[[optuna.Study, FrozenTrial], None]] | None = None,
 ) -> None:
-    """``study.optimize`` until the study has ``run.n_trials`` complete trials, the time is
-    up, the study is full, or Ctrl-C (then the trial in flight is failed, and enqueued
-    again for the next run: the caller raises ``Interrupted``)."""
+    """``study.optimize`` until the study has ``run.n_trials`` complete trials, this call
+    has spent ``max_trials`` trials (free ones, repeats and forbidden plans, do not count),
+    the time is up, the study is full or its space spent, or Ctrl-C (then the trial in
+    flight is failed, and enqueued again for the next run: the caller raises
+    ``Interrupted``)."""
+    start = run.spent
 
     def stop_when_done(study: optuna.Study, trial: FrozenTrial) -> None:
-        if run.stop or run.guard.requested or trials.completed_trials(study) >= run.n_trials:
+        if run.last_free:
+            run.free_streak += 1
+        else:
+            run.free_streak = 0
+            run.spent += 1
+        if (
+            run.stop
+            or run.guard.requested
+            or run.spent - start >= max_trials
+            or run.free_streak >= MAX_FREE_STREAK
+            or trials.completed_trials(study) >= run.n_trials
+        ):
             study.stop()
 
     try:
         study.optimize(
             objective,
-            n_trials=max_trials,
+            n_trials=None,
             timeout=timeout,
             callbacks=[*(callbacks or []), stop_when_done],
             catch=(Exception,),

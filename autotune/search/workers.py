@@ -177,7 +177,7 @@ def _run_round(
                     died_at = time.monotonic()
                 if replacements < 4 * workers:
                     replacements += 1
-                    procs[i] = _spawn(i, job, tickets, in_flight, gpus)
+                    procs[i] = _spawn(i, job, tickets, in_flight, gpus, replacement=True)
         if progress is not None and time.monotonic() - shown > 1.0:
             progress(trials.completed_trials(study))
             shown = time.monotonic()
@@ -197,7 +197,7 @@ def _run_round(
                 tickets.put(1)
             owed = 0
             if not procs:
-                procs[0] = _spawn(0, job, tickets, in_flight, gpus)
+                procs[0] = _spawn(0, job, tickets, in_flight, gpus, replacement=True)
         elif not procs:
             time.sleep(0.2)
     if guard.requested:
@@ -221,8 +221,12 @@ def _run_round(
     return False
 
 
-def _spawn(i: int, job: WorkerJob, tickets: Any, in_flight: Any, gpus: int) -> Any:
+def _spawn(
+    i: int, job: WorkerJob, tickets: Any, in_flight: Any, gpus: int, replacement: bool = False
+) -> Any:
     env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus > 0 else {}
+    if replacement:
+        env[KILL_WORKER_ENV] = ""  # the test hook kills a worker once, not its replacements
     p = CTX.Process(target=_worker_main, args=(i, job, tickets, in_flight, env))
     p.start()
     return p

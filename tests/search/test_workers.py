@@ -104,10 +104,17 @@ def test_three_workers_finish_exactly_n_trials_and_a_killed_workers_trial_is_ret
     assert len({t.user_attrs["plan_hash"] for t in measured}) == n  # no plan measured twice
     assert TrialState.RUNNING not in states and TrialState.WAITING not in states
     failed = [t for t in trials if t.state == TrialState.FAIL]
-    assert len(failed) == 1  # the killed worker's trial ...
-    retried = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
-    assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE  # ... was retried
-    assert retried[0].params == failed[0].params
+    # The killed worker's trial, and any whose heartbeat a starved machine let go stale
+    # (a 1 s heartbeat on 2 cores), each retried once with its plan, to completion.
+    assert len(failed) >= 1
+    for fail in failed:
+        retried = [t for t in trials if t.system_attrs.get("failed_trial") == fail.number]
+        assert len(retried) == 1 and retried[0].params == fail.params
+        assert retried[0].state in (TrialState.COMPLETE, TrialState.FAIL)
+    assert all(
+        any(t.state == TrialState.COMPLETE and t.params == fail.params for t in trials)
+        for fail in failed
+    )
     assert len({t.number for t in trials}) == len(trials)
     _clean_postgres(url)
 
