@@ -73,6 +73,11 @@ def test_measurement_resumes_and_replays_find_the_exhaustive_best(tmp_path) -> N
     rows = summarise_runs(runs, best.latency * 1.03, 16, 31.0)
     assert {r["sampler"] for r in rows} == {"tpe", "random"}
     assert all(1 <= r["median trials"] <= 17 for r in rows)
+    for run in runs:  # a study counts only trials that measured a new plan
+        assert run.measured == sorted(run.measured) and run.measured[-1] <= 16
+        assert all(m <= i + 1 for i, m in enumerate(run.measured))
+    for r in rows:
+        assert r["median trials, repeats free"] <= r["median trials"]
     # The failing plan is never counted as the best, whatever its latency.
     wrong = [m for m in measured.values() if not m.passed]
     assert len(wrong) == 1 and wrong[0].latency > 1
@@ -131,3 +136,11 @@ def test_efficiency_cli_end_to_end_on_the_cpu(tmp_path, capsys) -> None:
     assert (out / "efficiency.png").read_bytes()[:4] == b"\x89PNG"
     assert cli(base.replace("tpe,random", "tpe,annealing")) == 2
     assert "unknown sampler" in capsys.readouterr().err
+
+
+def test_repeats_are_free_in_the_replay_count() -> None:
+    # Trials 2 and 3 repeated plans: the target is reached at trial 4, the third plan.
+    run = Run("tpe", 0, False, [2.0, 2.0, 2.0, 1.0], [1, 1, 1, 2], [1, 1, 1, 2])
+    assert run.to_within(1.0) == (4, 2) and run.measured_to_within(1.0) == 2
+    (row,) = summarise_runs([run], 1.0, 10, 10.0)
+    assert row["median trials"] == 4 and row["median trials, repeats free"] == 2
