@@ -207,7 +207,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--n-trials",
         type=int,
         default=30,
-        help="finished trials each study should reach (rerun to resume)",
+        help="measured trials each study should reach; repeats of a measured plan are free "
+        "(rerun to resume)",
     )
     p.add_argument(
         "--timeout",
