@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.core.cases import case_sort_key
 from autotune.core.files import write_atomic
 from autotune.core.profiles import ProfileSelection
 from autotune.plan import EXPORT_ANCHORS, Plan
@@ -91,8 +90,7 @@ def write_table(
     """Render and atomically write the table (``kept``: entries carried over as they are,
     under the winners'); returns (path, table version)."""
     path = Path(path)
-    entries = dict(kept or {}) | entries_from_winners(winners)
-    entries = dict(sorted(entries.items(), key=lambda kv: case_sort_key(str(kv[1]["case"]))))
+    entries = dict(kept or {}) | entries_from_winners(winners)  # render() orders the keys
     version = next_version(path, profile, provenance, entries)
     text = render_table(profile, version, provenance, entries)
     write_atomic(path, text)
@@ -179,14 +177,12 @@ def select_case(job: SelectJob) -> Winner:
 
 def _select_child(conn: Any, job: SelectJob) -> None:
     import signal
-    import traceback
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         conn.send(("ok", select_case(job)))
     except BaseException as exc:  # reported to the parent, which keeps the case's entry
-        last = traceback.format_exc().strip().splitlines()[-1]
-        conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0][:300] or last))
+        conn.send(("error", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
     finally:
         conn.close()
 
