@@ -192,8 +192,8 @@ class CandidateTransformer(ReferenceTransformer):
         self._attention_backend = backends.attention(plan.attention)
         self._norm_backend = backends.get("layernorm", plan.layernorm)
         self._ffn_backend = backends.get("ffn_act", plan.ffn_act)
-        self._layer_backend = backends.get("fused_block", plan.fused_block)
-        # The fused block applies any mask itself; the per-layer path asks its attention.
+        self._layer_backend = backends.layer_backend(plan)
+        # Fused layers apply any mask themselves; the per-layer path asks its attention.
         self._classify = not self._layer_backend.fused and (
             self._attention_backend.needs_mask_kind(plan)
         )

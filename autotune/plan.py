@@ -214,6 +214,32 @@ KNOBS: tuple[Knob, ...] = (
         needs=backends.needs("fused_block"),
         group="kernels",
     ),
+    Knob(
+        "fused_layer",
+        "none",
+        "whole layers for any batch: heads = two launches a layer (LayerNorm1, projections and "
+        "attention per query block, head and sequence; then out-proj, LayerNorm2, FFN and "
+        "residuals per row block), rows = three (LayerNorm1 + QKV per row block, the flash "
+        "attention, the same row kernel); attention tiles from attn_*, operand precisions "
+        "from attn_precision and gemm_precision",
+        choices=backends.values("fused_layer"),
+        needs=backends.needs("fused_layer"),
+        group="kernels",
+    ),
+    Knob(
+        "row_block",
+        32,
+        "fused_layer: rows per program of the row kernels",
+        choices=(16, 32, 64, 128),
+        group="kernels",
+    ),
+    Knob(
+        "row_warps",
+        4,
+        "fused_layer: warps per program of the row kernels",
+        choices=(2, 4, 8),
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -244,6 +270,9 @@ class Plan:
     poly_exact_prefix: int = 0
     poly_guard: float = 0.5
     fused_block: bool = False
+    fused_layer: str = "none"
+    row_block: int = 32
+    row_warps: int = 4
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -303,7 +332,7 @@ class Plan:
     def reads_mask_on_host(self) -> bool:
         """Whether every call reads the mask's values on the host (one synchronisation on
         CUDA): to drop a mask proven a no-op (``mask=elide`` with a PyTorch attention), or
-        to route a general mask elsewhere. The Triton attention and the fused block take
+        to route a general mask elsewhere. The Triton attention and the fused layers take
         any mask on the device."""
         return backends.reads_mask_on_host(self)
 

@@ -339,6 +339,62 @@ def _run_block(
     return _result(out, ref, precision)
 
 
+# Fused layers for any batch (kernels.layer): odd sizes, two query blocks, a padded
+# d_model (40 -> 64) and FFN chunks, so every masked edge of the row kernels is exercised.
+LAYER_SHAPE = {
+    "batch_size": 3,
+    "seq_len": 21,
+    "d_model": 40,
+    "num_heads": 5,
+    "ffn_dim": 72,
+    "num_layers": 2,
+    "causal": True,
+}
+
+
+def _run_layer(
+    variant: str, precision: str, padding: str, causal: bool, device: str,
+    reference: ReferenceFactory,
+) -> CheckResult:  # fmt: skip
+    """The fused layer stack (both launch variants) against the project's reference model;
+    ``padding``: "" no mask, "padded" right padding, "masked" holes anywhere (key 0 kept)."""
+    from kernels.block import weights_from_model
+    from kernels.layer import Tiling, layer_stack, prepare_layer_weights
+
+    shape = dict(LAYER_SHAPE, causal=causal)
+    b, s, d = shape["batch_size"], shape["seq_len"], shape["d_model"]
+    torch.manual_seed(12)
+    model = reference(**shape).to(device).eval()
+    gen = _generator()
+    x = torch.randn(b, s, d, generator=gen).to(device)
+    mask = None
+    if padding == "padded":
+        lengths = torch.tensor([s, s - 6, 1])
+        mask = (torch.arange(s)[None] < lengths[:, None]).to(device)
+    elif padding == "masked":
+        holes = torch.rand(b, s, generator=gen) < 0.6
+        holes[:, 0] = True
+        mask = holes.to(device)
+    if mask is not None:
+        x = x.masked_fill(~mask[..., None], 0.0)
+    layers, final = weights_from_model(model)
+    with torch.inference_mode():
+        ref = model(x, mask)
+        out = layer_stack(
+            x,
+            [prepare_layer_weights(w, precision) for w in layers],
+            final,
+            num_heads=shape["num_heads"],
+            causal=causal,
+            key_mask=mask,
+            variant=variant,
+            tiling=Tiling(block_m=16, block_n=16, row_block=16),
+            gemm_precision=precision,
+            attn_precision=precision,
+        )
+    return _result(out, ref, precision)
+
+
 # --------------------------------------------------------------------------------------
 # Polynomial attention
 # --------------------------------------------------------------------------------------
@@ -427,6 +483,24 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             f"block/2-layers/B2-S13-D32-H2/{precision}" + (f"/{padding}" if padding else ""),
             "fused two-launch layers vs the reference model",
             lambda device, p=precision, pad=padding: _run_block(p, pad, device, reference),
+        )
+    layer_cases = (
+        ("heads", "ieee", "", True),
+        ("heads", "fp16", "padded", True),
+        ("heads", "fp16", "masked", False),
+        ("rows", "ieee", "masked", True),
+        ("rows", "fp16", "padded", True),
+    )
+    for variant, precision, padding, causal in layer_cases if reference else ():
+        name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (
+            f"/{padding}" if padding else ""
+        )
+        yield KernelCheck(
+            name + ("" if causal else "/noncausal"),
+            f"fused layers ({variant}) vs the reference model",
+            lambda device, v=variant, p=precision, pad=padding, c=causal: _run_layer(
+                v, p, pad, c, device, reference
+            ),
         )
     for case in LINEAR_CASES:
         yield KernelCheck(

@@ -4,7 +4,15 @@ The only package that imports ``kernels/``. Adding a backend = one new module he
 registers a class, and its name in the import list below.
 """
 
-from autotune.backends import block, ffn, norm, polynomial, sdpa, triton_attention  # noqa: F401
+from autotune.backends import (  # noqa: F401
+    block,
+    ffn,
+    layer,
+    norm,
+    polynomial,
+    sdpa,
+    triton_attention,
+)
 from autotune.backends.base import (
     MASK_GENERAL,
     MASK_NONE,
@@ -19,6 +27,7 @@ from autotune.backends.base import (
     chosen,
     get,
     knobs,
+    layer_backend,
     needs,
     not_supported_reasons,
     reads_mask_on_host,
@@ -43,6 +52,7 @@ __all__ = [
     "get",
     "kernel_checks",
     "knobs",
+    "layer_backend",
     "needs",
     "not_supported_reasons",
     "reads_mask_on_host",

@@ -4,7 +4,7 @@ A backend declares which knob value it implements, what it needs (in words, for
 ``autotune knobs``), whether it runs the project's Triton kernels, the reasons it cannot
 run a plan on a case and device (``reasons``, always; ``kernel_reasons``, only where
 Triton can run at all), and, by family, its forward and its working memory. Knob values
-of ``attention``, ``layernorm``, ``ffn_act`` and ``fused_block`` are the registered
+of ``attention``, ``layernorm``, ``ffn_act``, ``fused_block`` and ``fused_layer`` are the registered
 values; the builder, the memory model and the plan ask the registry instead of
 branching on names. Adding a backend is one new module that registers a class.
 
@@ -191,11 +191,25 @@ def uses_triton(plan: Any) -> bool:
     return any(b.triton for b in chosen(plan))
 
 
+# The knobs whose backends run whole layers (``BlockBackend``): at most one is fused.
+LAYER_KNOBS = ("fused_block", "fused_layer")
+
+
+def layer_backend(plan: Any) -> BlockBackend:
+    """The whole-layer backend the plan picks: a fused one, or the per-layer path."""
+    picked = [get(knob, getattr(plan, knob)) for knob in LAYER_KNOBS if knob in _REGISTRY]
+    for backend in picked:
+        if getattr(backend, "fused", False):
+            assert isinstance(backend, BlockBackend)
+            return backend
+    assert isinstance(picked[0], BlockBackend)
+    return picked[0]
+
+
 def reads_mask_on_host(plan: Any) -> bool:
     """Whether the plan's forward reads the mask's values on the host every call: the
     per-layer path with an attention that needs the mask's kind (``needs_mask_kind``)."""
-    block = get("fused_block", plan.fused_block)
-    return not getattr(block, "fused", False) and attention(plan.attention).needs_mask_kind(plan)
+    return not layer_backend(plan).fused and attention(plan.attention).needs_mask_kind(plan)
 
 
 def not_supported_reasons(

@@ -1,0 +1,127 @@
+"""Fused layers for any batch size (``kernels.layer``, knob ``fused_layer``): ``heads``
+runs a layer in two launches (LayerNorm1, the head's projections and attention per
+(query block, head, sequence); then the output projection, LayerNorm2, FFN and residuals
+per block of rows), ``rows`` in three (LayerNorm1 and QKV per block of rows, the flash
+attention, the same post-rows kernel) for sequences of any length. Any token mask is
+applied on the device: no call reads it on the host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from autotune.backends.base import BlockBackend, register
+from autotune.backends.precision import triton_precision
+from autotune.core.device import DeviceInfo
+from autotune.core.reference import TransformerConfig
+
+
+class FusedLayerFamily(BlockBackend):
+    knob = "fused_layer"
+
+
+@register
+class NoFusedLayer(FusedLayerFamily):
+    value = "none"
+
+
+def tiling(plan: Any) -> Any:
+    """The plan's launch settings: attention tiles and the row kernels' block and warps."""
+    from kernels.layer import Tiling
+
+    return Tiling(
+        block_m=plan.attn_block_m,
+        block_n=plan.attn_block_n,
+        num_warps=plan.attn_warps,
+        num_stages=plan.attn_stages,
+        row_block=plan.row_block,
+        row_warps=plan.row_warps,
+    )
+
+
+class _FusedLayer(FusedLayerFamily):
+    rank = 1
+    triton = True
+    fused = True
+
+    def reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        reasons = []
+        if plan.fused_block:
+            reasons.append(
+                f"fused_layer={self.value} and fused_block=True both run whole layers; pick one"
+            )
+        if plan.attention != "triton":
+            reasons.append(
+                f"fused_layer={self.value} runs the project's Triton attention: set "
+                f"attention=triton (its tiles and attn_precision apply), got {plan.attention}"
+            )
+        for knob in ("compile", "batch_chunk", "host_io", "query_chunk"):
+            if getattr(plan, knob) not in ("none", 0, False):
+                reasons.append(
+                    f"fused_layer={self.value} takes the whole batch on the device with no "
+                    f"torch.compile: {knob}={getattr(plan, knob)!r} does not apply"
+                )
+        return reasons
+
+    def kernel_reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        from kernels import layer
+
+        return layer.not_supported_reasons(
+            variant=self.value,
+            seq_len=config.seq_len,
+            d_model=config.d_model,
+            num_heads=config.num_heads,
+            ffn_dim=config.ffn_dim,
+            tiling=tiling(plan),
+            gemm_precision=triton_precision(plan.gemm_precision),
+            attn_precision=triton_precision(plan.attn_precision),
+            device_type=device.type,
+            capability=device.capability,
+            smem_bytes=device.smem_per_block or None,
+            prune_pointless=prune,
+        )
+
+    def prepare(self, model: Any) -> Any:
+        from kernels.block import weights_from_model
+        from kernels.layer import prepare_layer_weights
+
+        layers, final = weights_from_model(model)
+        precision = triton_precision(model.plan.gemm_precision)
+        return [prepare_layer_weights(w, precision) for w in layers], final
+
+    def forward(
+        self, prepared: Any, x: Tensor, mask: Tensor | None, plan: Any, config: Any
+    ) -> Tensor:
+        from kernels.layer import layer_stack
+
+        layers, final = prepared
+        return layer_stack(
+            x.contiguous(),
+            layers,
+            final,
+            num_heads=config.num_heads,
+            causal=config.causal,
+            key_mask=mask,
+            variant=self.value,
+            tiling=tiling(plan),
+            gemm_precision=triton_precision(plan.gemm_precision),
+            attn_precision=triton_precision(plan.attn_precision),
+        )
+
+
+@register
+class HeadsLayer(_FusedLayer):
+    value = "heads"
+    needs = "CUDA with triton (or TRITON_INTERPRET=1), S <= 256, d_model <= 256, head_dim 8-128"
+
+
+@register
+class RowsLayer(_FusedLayer):
+    value = "rows"
+    rank = 2
+    needs = "CUDA with triton (or TRITON_INTERPRET=1), d_model <= 256"

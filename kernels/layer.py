@@ -1,0 +1,851 @@
+"""Pre-norm layers in two or three Triton launches for any batch size (issue 17).
+
+The fused block (``kernels.block``) runs a sequence's heads one after another in one
+program and recomputes LayerNorm1, K and V per head and per query block: at B=1 four
+programs carry a whole layer, at B=10000 the recomputation is most of the work. Here the
+work is split where it parallelises:
+
+``heads`` (two launches a layer, ``seq_len <= 256``):
+  A. grid ``(H * cdiv(S, BLOCK_M), B)``: one (query block, head, sequence) per program.
+     LayerNorm1 of its query rows and that head's ``q``; for every key block it needs
+     (keys ``<=`` its last row when causal) LayerNorm1 of the key rows and the head's
+     ``k``, ``v`` (recomputed per query block: not at all with ``BLOCK_M >= S``); online
+     softmax in fp32 (``exp2`` with the scale folded in after the product); the context
+     rows of its head written to ``ctx [B, S, D]`` (fp16 when the GEMM operands are fp16).
+  B. :func:`post rows <_post_rows_kernel>`, grid ``cdiv(B*S, BLOCK_R)``: ``ctx @ Wo^T + bo``
+     with padded rows zeroed, ``+ x``; LayerNorm2; ``GELU_erf(h @ W1^T + b1) @ W2^T + b2``
+     over the FFN dim in chunks; ``+`` residual; padded rows zeroed; the final LayerNorm
+     (padded rows zeroed again) in the last layer. Each program reads and writes only its
+     own rows, so it runs in place on the residual stream.
+
+``rows`` (three launches a layer, any sequence length):
+  A1. qkv rows, grid ``cdiv(B*S, BLOCK_R)``: LayerNorm1 and the three projections into a
+      packed ``[B, S, 3, H, hd]`` buffer (the attention operand dtype);
+  A2. :func:`kernels.attention.attention` (flash, any mask on the device) into ``ctx``;
+  B.  post rows, as above.
+
+Arithmetic follows shared/REFERENCE.md ("Model"): LayerNorm (biased variance, eps 1e-5),
+softmax state, GELU and the residual stream are fp32; the dot operands follow
+``gemm_precision`` (projections, FFN) and ``attn_precision`` (``q k^T``, ``p v``):
+``ieee`` / ``tf32`` / ``tf32x3`` fp32 operands, or ``fp16`` / ``bf16`` operands with fp32
+accumulation. The weight matrices are read in the GEMM operand dtype
+(:func:`prepare_layer_weights` converts them once per weight version).
+
+The token mask (``[B, S]`` bool, any pattern) is read on the device: keys masked, padded
+rows of the attention output and of each layer's output zeroed, exactly the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels import attention as flash
+from kernels._common import MIN_BLOCK, gelu_exact, padded_dim
+from kernels._precision import (
+    HALF_PRECISIONS,
+    check_precision,
+    dot,
+    launch_reasons,
+    precision_reasons,
+    to_operand,
+)
+from kernels._triton import (
+    SUPPORTED_NUM_WARPS,
+    check_launch_device,
+    is_interpreted,
+    is_power_of_2,
+)
+from kernels.block import (
+    BlockWeights,
+    _check_norm,
+    _check_x,
+    _head_projection,
+    _layernorm_rows,
+    _mask_bytes,
+)
+
+LAYERNORM_EPS = 1e-5
+LOG2_E = math.log2(math.e)
+VARIANTS = ("heads", "rows")
+MAX_HEADS_SEQ_LEN = 256  # heads: K/V recomputed per query block grows like S**2 / BLOCK_M
+MAX_D_MODEL = 256  # the row kernels hold whole rows of the residual stream
+MIN_HEAD_DIM = 8
+MAX_HEADS_HEAD_DIM = 128
+ROW_PRECISIONS = ("ieee", "tf32", "tf32x3", "fp16", "bf16")
+DEFAULT_SMEM_LIMIT = 200 * 1024
+_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+__all__ = [
+    "LayerWeights",
+    "Tiling",
+    "estimate_shared_memory_bytes",
+    "layer_stack",
+    "not_supported_reasons",
+    "prepare_layer_weights",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Weights and settings
+# --------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class LayerWeights:
+    """One layer for these kernels: LayerNorm parameters and biases fp32; the six weight
+    matrices contiguous ``[out, in]`` in the GEMM operand dtype (fp16/bf16, or fp32)."""
+
+    fp32: BlockWeights
+    q_weight: torch.Tensor
+    k_weight: torch.Tensor
+    v_weight: torch.Tensor
+    o_weight: torch.Tensor
+    ffn_in_weight: torch.Tensor
+    ffn_out_weight: torch.Tensor
+
+    @property
+    def d_model(self) -> int:
+        return self.fp32.d_model
+
+    @property
+    def ffn_dim(self) -> int:
+        return self.fp32.ffn_dim
+
+
+def prepare_layer_weights(weights: BlockWeights, gemm_precision: str) -> LayerWeights:
+    """The weight matrices in the operand dtype of ``gemm_precision``, made once (not per
+    call): half operands halve the bytes every program reads from L2."""
+    check_precision(gemm_precision)
+    weights.check()
+    dtype = _DTYPES.get(gemm_precision, torch.float32)
+    names = ("q_weight", "k_weight", "v_weight", "o_weight", "ffn_in_weight", "ffn_out_weight")
+    return LayerWeights(
+        weights, **{n: getattr(weights, n).to(dtype).contiguous() for n in names}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """Launch settings: the attention's query rows / keys per step / warps / stages, and
+    the row kernels' rows per program and warps."""
+
+    block_m: int = 64
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    row_block: int = 32
+    row_warps: int = 4
+
+
+def ffn_chunk(d_model: int, ffn_dim: int) -> int:
+    """BLOCK_F: the FFN columns one step of the post-rows kernel handles."""
+    return min(padded_dim(ffn_dim), 64 if padded_dim(d_model) <= 128 else 32)
+
+
+def k_chunk(d_model: int) -> int:
+    """BLOCK_K: the ctx columns one step of the output projection handles."""
+    return min(padded_dim(d_model), 64)
+
+
+# --------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------
+@triton.jit
+def _heads_attention_kernel(
+    x_ptr,
+    ctx_ptr,
+    key_mask_ptr,
+    n1w_ptr,
+    n1b_ptr,
+    wq_ptr,
+    bq_ptr,
+    wk_ptr,
+    bk_ptr,
+    wv_ptr,
+    bv_ptr,
+    seq_len,
+    d_model,
+    head_dim,
+    num_q_blocks,
+    qk_scale,
+    eps,
+    CAUSAL: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_HD: tl.constexpr,
+    PREC_G: tl.constexpr,
+    PREC_A: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    off_b = tl.program_id(1).to(tl.int64)
+    head = pid // num_q_blocks
+    # The last query blocks first: under causal masking they have the most key blocks.
+    start_m = (num_q_blocks - 1 - pid % num_q_blocks) * BLOCK_M
+    x_base = x_ptr + off_b * seq_len * d_model
+    col0 = head * head_dim
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n0 = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_c = tl.arange(0, BLOCK_HD)
+    d_ok = offs_d < d_model
+    c_ok = offs_c < head_dim
+    row_ok = offs_m < seq_len
+
+    x_q = tl.load(
+        x_base + offs_m[:, None] * d_model + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    h_q = _layernorm_rows(x_q, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
+    h_q = to_operand(h_q, PREC_G, EMULATE_BF16_DOT)
+    q = _head_projection(
+        h_q, wq_ptr, bq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+        BLOCK_M, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    q = to_operand(q, PREC_A, EMULATE_BF16_DOT)
+
+    hi = seq_len
+    if CAUSAL:
+        hi = tl.minimum(seq_len, start_m + BLOCK_M)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_HD], dtype=tl.float32)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        key_in = offs_n < seq_len
+        x_k = tl.load(
+            x_base + offs_n[:, None] * d_model + offs_d[None, :],
+            mask=key_in[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        h_k = _layernorm_rows(x_k, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
+        h_k = to_operand(h_k, PREC_G, EMULATE_BF16_DOT)
+        k = _head_projection(
+            h_k, wk_ptr, bk_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+            BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        v = _head_projection(
+            h_k, wv_ptr, bv_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+            BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        kt = to_operand(tl.trans(k), PREC_A, EMULATE_BF16_DOT)
+        qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), PREC_A, EMULATE_BF16_DOT)
+        qk = qk * qk_scale  # log2 domain: head_dim**-0.5 * log2(e), after the product
+        valid = key_in[None, :]
+        if HAS_KEY_MASK:  # any key may be masked: the mask's byte, read here
+            key_ok = tl.load(key_mask_ptr + off_b * seq_len + offs_n, mask=key_in, other=0)
+            valid = valid & (key_ok != 0)[None, :]
+        if CAUSAL:
+            valid = valid & (offs_n[None, :] <= offs_m[:, None])
+        qk = tl.where(valid, qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # A row with no valid key so far keeps m = -inf: subtract 0 instead (no NaN).
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp2(qk - m_use[:, None])
+        alpha = tl.exp2(m_i - m_use)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = dot(
+            to_operand(p, PREC_A, EMULATE_BF16_DOT),
+            to_operand(v, PREC_A, EMULATE_BF16_DOT),
+            acc,
+            PREC_A,
+            EMULATE_BF16_DOT,
+        )
+        m_i = m_new
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no valid key at all: context 0, not NaN
+    ctx = acc / l_safe[:, None]
+    tl.store(
+        ctx_ptr + off_b * seq_len * d_model + offs_m[:, None] * d_model + (col0 + offs_c)[None, :],
+        ctx.to(ctx_ptr.dtype.element_ty),
+        mask=row_ok[:, None] & c_ok[None, :],
+    )
+
+
+@triton.jit
+def _project_rows(
+    h_op,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    rows,
+    row_ok,
+    offs_d,
+    d_ok,
+    out_col0,
+    out_stride,
+    d_model,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):
+    """``out[rows, out_col0 + j] = (h @ W^T + b)[:, j]`` for all ``d_model`` columns of a
+    ``[d_model, d_model]`` weight, ``BLOCK_N`` columns at a time."""
+    for n0 in range(0, d_model, BLOCK_N):
+        cols = n0 + tl.arange(0, BLOCK_N)
+        c_ok = cols < d_model
+        wt = tl.load(
+            w_ptr + cols[None, :] * d_model + offs_d[:, None],
+            mask=d_ok[:, None] & c_ok[None, :],
+            other=0.0,
+        )
+        y = dot(
+            h_op,
+            to_operand(wt, PRECISION, EMULATE_BF16_DOT),
+            tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32),
+            PRECISION,
+            EMULATE_BF16_DOT,
+        )
+        y += tl.load(b_ptr + cols, mask=c_ok, other=0.0)[None, :]
+        tl.store(
+            out_ptr + rows[:, None] * out_stride + (out_col0 + cols)[None, :],
+            y.to(out_ptr.dtype.element_ty),
+            mask=row_ok[:, None] & c_ok[None, :],
+        )
+
+
+@triton.jit
+def _qkv_rows_kernel(
+    x_ptr,
+    qkv_ptr,
+    n1w_ptr,
+    n1b_ptr,
+    wq_ptr,
+    bq_ptr,
+    wk_ptr,
+    bk_ptr,
+    wv_ptr,
+    bv_ptr,
+    num_rows,
+    d_model,
+    eps,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):
+    offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows = offs_m.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < d_model
+    row_ok = offs_m < num_rows
+    x = tl.load(
+        x_ptr + rows[:, None] * d_model + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    h = _layernorm_rows(x, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
+    h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
+    stride = 3 * d_model
+    _project_rows(
+        h, wq_ptr, bq_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 0, stride, d_model,
+        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    _project_rows(
+        h, wk_ptr, bk_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, d_model, stride, d_model,
+        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    _project_rows(
+        h, wv_ptr, bv_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 2 * d_model, stride, d_model,
+        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
+
+
+@triton.jit
+def _post_rows_kernel(
+    x_ptr,
+    ctx_ptr,
+    out_ptr,
+    key_mask_ptr,
+    wo_ptr,
+    bo_ptr,
+    n2w_ptr,
+    n2b_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    nfw_ptr,
+    nfb_ptr,
+    num_rows,
+    d_model,
+    ffn_dim,
+    eps,
+    HAS_KEY_MASK: tl.constexpr,
+    FINAL_NORM: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):
+    offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rows = offs_m.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_k0 = tl.arange(0, BLOCK_K)
+    offs_f0 = tl.arange(0, BLOCK_F)
+    d_ok = offs_d < d_model
+    row_ok = offs_m < num_rows
+    io_mask = row_ok[:, None] & d_ok[None, :]
+    offsets = rows[:, None] * d_model + offs_d[None, :]
+
+    # Output projection of the attention context, BLOCK_K ctx columns at a time.
+    a = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    for k0 in range(0, d_model, BLOCK_K):
+        offs_k = k0 + offs_k0
+        k_ok = offs_k < d_model
+        c = tl.load(
+            ctx_ptr + rows[:, None] * d_model + offs_k[None, :],
+            mask=row_ok[:, None] & k_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        # Wo^T chunk [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k0 + k].
+        wo_t = tl.load(
+            wo_ptr + offs_d[None, :] * d_model + offs_k[:, None],
+            mask=k_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        a = dot(
+            to_operand(c, PRECISION, EMULATE_BF16_DOT),
+            to_operand(wo_t, PRECISION, EMULATE_BF16_DOT),
+            a,
+            PRECISION,
+            EMULATE_BF16_DOT,
+        )
+    a += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+    valid = row_ok
+    if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
+        valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
+        a = tl.where(valid[:, None], a, 0.0)  # padded rows of the attention output
+    x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
+
+    h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)
+    h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
+    f = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    for f0 in range(0, ffn_dim, BLOCK_F):
+        offs_f = f0 + offs_f0
+        f_ok = offs_f < ffn_dim
+        # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
+        w1_t = tl.load(
+            w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
+            mask=d_ok[:, None] & f_ok[None, :],
+            other=0.0,
+        )
+        g = dot(
+            h,
+            to_operand(w1_t, PRECISION, EMULATE_BF16_DOT),
+            tl.zeros([BLOCK_R, BLOCK_F], dtype=tl.float32),
+            PRECISION,
+            EMULATE_BF16_DOT,
+        )
+        g = gelu_exact(g + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
+        # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j]. Padded FFN
+        # columns: GELU(0) = 0 times masked-to-0 weights.
+        w2_t = tl.load(
+            w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
+            mask=f_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        f = dot(
+            to_operand(g, PRECISION, EMULATE_BF16_DOT),
+            to_operand(w2_t, PRECISION, EMULATE_BF16_DOT),
+            f,
+            PRECISION,
+            EMULATE_BF16_DOT,
+        )
+    y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+    if HAS_KEY_MASK:
+        y = tl.where(valid[:, None], y, 0.0)
+    if FINAL_NORM:
+        y = tl.where(d_ok[None, :], y, 0.0)
+        y = _layernorm_rows(y, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps)
+        if HAS_KEY_MASK:
+            y = tl.where(valid[:, None], y, 0.0)
+    tl.store(out_ptr + offsets, y, mask=io_mask)
+
+
+# --------------------------------------------------------------------------------------
+# Planning
+# --------------------------------------------------------------------------------------
+def estimate_shared_memory_bytes(
+    *,
+    variant: str,
+    d_model: int,
+    num_heads: int,
+    ffn_dim: int,
+    tiling: Tiling,
+    gemm_precision: str,
+    attn_precision: str,
+) -> int:
+    """Shared memory of the largest program, in bytes: the dot operand tiles that can be
+    live at once (Triton stages them through shared memory), times the pipeline stages of
+    the attention's key loop. An upper-side estimate, not a compiler's number: a
+    configuration under the limit can still fail with OutOfResources at compile time."""
+    g = 2 if gemm_precision in HALF_PRECISIONS else 4
+    a = 2 if attn_precision in HALF_PRECISIONS else 4
+    bd, br = padded_dim(d_model), tiling.row_block
+    bk, bf = k_chunk(d_model), ffn_chunk(d_model, ffn_dim)
+    post = g * max(br * bk + bk * bd, br * bd + bd * bf + br * bf + bf * bd)
+    if variant == "rows":
+        qkv = g * (br * bd + bd * min(bd, 64))
+        return max(post, qkv)
+    bhd, bm, bn = padded_dim(d_model // max(num_heads, 1)), tiling.block_m, tiling.block_n
+    per_key_block = g * (bn * bd + 2 * bd * bhd) + a * (bhd * bn + bm * bn + bn * bhd)
+    heads = g * (bm * bd + bd * bhd) + a * bm * bhd + per_key_block * max(tiling.num_stages, 1)
+    return max(post, heads)
+
+
+def _config_errors(
+    *,
+    variant: str,
+    seq_len: int,
+    d_model: int,
+    num_heads: int,
+    ffn_dim: int,
+    tiling: Tiling,
+    gemm_precision: str,
+    attn_precision: str,
+) -> list[str]:
+    """Reasons a configuration cannot run at all (the launcher raises on these)."""
+    reasons: list[str] = []
+    if variant not in VARIANTS:
+        return [f"variant={variant!r} is not one of {', '.join(VARIANTS)}"]
+    if not 1 <= d_model <= MAX_D_MODEL:
+        reasons.append(
+            f"d_model={d_model} is outside 1..{MAX_D_MODEL} for the fused layer (its row "
+            "kernels hold whole rows); use the per-op kernels"
+        )
+    if ffn_dim < 1 or seq_len < 1:
+        reasons.append(f"ffn_dim={ffn_dim} and seq_len={seq_len} must be >= 1")
+    if variant == "heads" and seq_len > MAX_HEADS_SEQ_LEN:
+        reasons.append(
+            f"seq_len={seq_len} > {MAX_HEADS_SEQ_LEN} for fused_layer=heads (K/V recomputed per "
+            "query block); use fused_layer=rows"
+        )
+    if num_heads < 1 or d_model % num_heads:
+        reasons.append(f"num_heads={num_heads} must be >= 1 and divide d_model={d_model}")
+    else:
+        head_dim = d_model // num_heads
+        top = MAX_HEADS_HEAD_DIM if variant == "heads" else flash.MAX_HEAD_DIM
+        if not MIN_HEAD_DIM <= head_dim <= top:
+            reasons.append(
+                f"head_dim={head_dim} is outside {MIN_HEAD_DIM}..{top} for fused_layer="
+                f"{variant}; use a different number of heads"
+            )
+    for name, value in (
+        ("attn_block_m", tiling.block_m),
+        ("attn_block_n", tiling.block_n),
+        ("row_block", tiling.row_block),
+    ):
+        if not is_power_of_2(value) or value < MIN_BLOCK:
+            reasons.append(f"{name}={value} must be a power of two >= {MIN_BLOCK}")
+    for name, value in (("attn_warps", tiling.num_warps), ("row_warps", tiling.row_warps)):
+        if value not in SUPPORTED_NUM_WARPS:
+            reasons.append(f"{name}={value} must be one of {SUPPORTED_NUM_WARPS}")
+    if tiling.num_stages < 1:
+        reasons.append(f"attn_stages={tiling.num_stages} must be >= 1")
+    for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
+        if value not in ROW_PRECISIONS:
+            known = precision_reasons(value, None)
+            reasons.append(
+                known[0]
+                if known
+                else f"{name}={value!r} is not supported by the fused layer; use one of "
+                f"{', '.join(ROW_PRECISIONS)}"
+            )
+    return reasons
+
+
+def not_supported_reasons(
+    *,
+    variant: str,
+    seq_len: int,
+    d_model: int,
+    num_heads: int,
+    ffn_dim: int,
+    tiling: Tiling,
+    gemm_precision: str,
+    attn_precision: str,
+    device_type: str,
+    capability: tuple[int, int] | None,
+    smem_bytes: int | None,
+    prune_pointless: bool = True,
+) -> list[str]:
+    """Why this fused-layer configuration should not run here; empty list = supported.
+
+    With ``prune_pointless``, tiles wider than the padded sequence (they only add masked
+    work) are refused too, so a search does not spend trials on them.
+    """
+    shape = dict(seq_len=seq_len, d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim)
+    precisions = dict(gemm_precision=gemm_precision, attn_precision=attn_precision)
+    reasons = _config_errors(variant=variant, tiling=tiling, **shape, **precisions)
+    if not reasons and prune_pointless:
+        padded_s = padded_dim(seq_len)
+        for name, value in (("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)):
+            if value > padded_s:
+                reasons.append(
+                    f"{name}={value} > padded seq len {padded_s}; use a smaller {name}"
+                )
+    if smem_bytes is None and device_type == "cuda":
+        smem_bytes = DEFAULT_SMEM_LIMIT
+    reasons = launch_reasons(
+        kernel=_post_rows_kernel,
+        device_type=device_type,
+        precision=gemm_precision,
+        capability=capability,
+        smem_bytes=smem_bytes,
+        smem_needed=lambda: estimate_shared_memory_bytes(
+            variant=variant,
+            d_model=d_model,
+            num_heads=num_heads,
+            ffn_dim=ffn_dim,
+            tiling=tiling,
+            **precisions,
+        ),
+        reasons=reasons,
+    )
+    if device_type == "cuda" and not reasons:
+        reasons.extend(precision_reasons(attn_precision, capability))
+    return reasons
+
+
+# --------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------
+def _launch_layer(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    ctx: torch.Tensor,
+    qkv: torch.Tensor | None,
+    w: LayerWeights,
+    mask_bytes: torch.Tensor | None,
+    final_norm: tuple[torch.Tensor, torch.Tensor] | None,
+    *,
+    variant: str,
+    num_heads: int,
+    causal: bool,
+    tiling: Tiling,
+    gemm_precision: str,
+    attn_precision: str,
+    key_mask: torch.Tensor | None,
+) -> None:
+    """One layer: ``out = layer(x)`` (``out`` may be ``x``: the last kernel reads and
+    writes only its own rows, after the attention has read all of ``x``)."""
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    block_d = padded_dim(d_model)
+    emulate = is_interpreted(_post_rows_kernel)
+    f = w.fp32
+    num_rows = batch * seq_len
+    mask_arg = mask_bytes if mask_bytes is not None else x  # dummy pointer when unused
+    if variant == "heads":
+        num_q_blocks = triton.cdiv(seq_len, tiling.block_m)
+        _heads_attention_kernel[(num_heads * num_q_blocks, batch)](
+            x,
+            ctx,
+            mask_arg,
+            f.norm1_weight,
+            f.norm1_bias,
+            w.q_weight,
+            f.q_bias,
+            w.k_weight,
+            f.k_bias,
+            w.v_weight,
+            f.v_bias,
+            seq_len,
+            d_model,
+            head_dim,
+            num_q_blocks,
+            head_dim**-0.5 * LOG2_E,
+            LAYERNORM_EPS,
+            CAUSAL=bool(causal),
+            HAS_KEY_MASK=mask_bytes is not None,
+            BLOCK_M=tiling.block_m,
+            BLOCK_N=tiling.block_n,
+            BLOCK_D=block_d,
+            BLOCK_HD=padded_dim(head_dim),
+            PREC_G=gemm_precision,
+            PREC_A=attn_precision,
+            EMULATE_BF16_DOT=emulate,
+            num_warps=tiling.num_warps,
+            num_stages=tiling.num_stages,
+        )
+    else:
+        assert qkv is not None
+        _qkv_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
+            x,
+            qkv,
+            f.norm1_weight,
+            f.norm1_bias,
+            w.q_weight,
+            f.q_bias,
+            w.k_weight,
+            f.k_bias,
+            w.v_weight,
+            f.v_bias,
+            num_rows,
+            d_model,
+            LAYERNORM_EPS,
+            BLOCK_R=tiling.row_block,
+            BLOCK_D=block_d,
+            BLOCK_N=min(block_d, 64),
+            PRECISION=gemm_precision,
+            EMULATE_BF16_DOT=emulate,
+            num_warps=tiling.row_warps,
+        )
+        q, k, v = qkv.view(batch, seq_len, 3, num_heads, head_dim).unbind(2)
+        flash.attention(
+            q,
+            k,
+            v,
+            causal=causal,
+            key_mask=key_mask,
+            out=ctx.view(batch, seq_len, num_heads, head_dim),
+            block_m=tiling.block_m,
+            block_n=tiling.block_n,
+            num_warps=tiling.num_warps,
+            num_stages=tiling.num_stages,
+            precision=attn_precision,
+        )
+    norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
+    _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
+        x,
+        ctx,
+        out,
+        mask_arg,
+        w.o_weight,
+        f.o_bias,
+        f.norm2_weight,
+        f.norm2_bias,
+        w.ffn_in_weight,
+        f.ffn_in_bias,
+        w.ffn_out_weight,
+        f.ffn_out_bias,
+        norm_w,
+        norm_b,
+        num_rows,
+        d_model,
+        w.ffn_dim,
+        LAYERNORM_EPS,
+        HAS_KEY_MASK=mask_bytes is not None,
+        FINAL_NORM=final_norm is not None,
+        BLOCK_R=tiling.row_block,
+        BLOCK_D=block_d,
+        BLOCK_K=k_chunk(d_model),
+        BLOCK_F=ffn_chunk(d_model, w.ffn_dim),
+        PRECISION=gemm_precision,
+        EMULATE_BF16_DOT=emulate,
+        num_warps=tiling.row_warps,
+    )
+
+
+def layer_stack(
+    x: torch.Tensor,
+    layers: Sequence[LayerWeights],
+    final_norm: tuple[torch.Tensor, torch.Tensor],
+    *,
+    num_heads: int,
+    causal: bool,
+    key_mask: torch.Tensor | None = None,
+    variant: str = "heads",
+    tiling: Tiling = Tiling(),
+    gemm_precision: str = "fp16",
+    attn_precision: str = "fp16",
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Every layer of a pre-norm stack and the final LayerNorm (fused into the last
+    layer's post-rows kernel); ``x [B, S, D]`` fp32 contiguous is never written.
+
+    ``key_mask`` [B, S] bool (True = a real token), any pattern, is read on the device:
+    the launcher never synchronises (safe inside CUDA graph capture). Working memory: the
+    output, a context buffer ``[B, S, D]`` (fp16 with fp16 GEMM operands) and, for
+    ``rows``, the packed ``[B, S, 3D]`` projections in the attention operand dtype.
+    """
+    _check_x(x)
+    if len(layers) == 0:
+        raise ValueError("layers is empty; pass at least one LayerWeights")
+    batch, seq_len, d_model = x.shape
+    for i, w in enumerate(layers):
+        if not isinstance(w, LayerWeights):
+            raise ValueError(
+                f"layers[{i}] is a {type(w).__name__}; pass prepare_layer_weights(...) results"
+            )
+        if w.d_model != d_model:
+            raise ValueError(
+                f"layers[{i}] has d_model={w.d_model} but x has {d_model} features; "
+                "pass the matching layers"
+            )
+        want = _DTYPES.get(gemm_precision, torch.float32)
+        if w.q_weight.dtype != want:
+            raise ValueError(
+                f"layers[{i}] holds {w.q_weight.dtype} weights but gemm_precision="
+                f"{gemm_precision!r} reads {want}; prepare them with that precision"
+            )
+    _check_norm(final_norm, d_model)
+    errors = _config_errors(
+        variant=variant,
+        seq_len=seq_len,
+        d_model=d_model,
+        num_heads=num_heads,
+        ffn_dim=layers[0].ffn_dim,
+        tiling=tiling,
+        gemm_precision=gemm_precision,
+        attn_precision=attn_precision,
+    )
+    if errors:
+        raise ValueError("; ".join(errors))
+    mask_bytes = None if key_mask is None else _mask_bytes(key_mask, batch, seq_len)
+    if out is None:
+        out = torch.empty_like(x)
+    elif tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous():
+        raise ValueError(
+            f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
+            f"float32 {tuple(x.shape)}"
+        )
+    elif out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+        raise ValueError("out shares storage with x; x is never written, pass another buffer")
+    tensors = {"x": x, "out": out, "weights": layers[0].q_weight}
+    if mask_bytes is not None:
+        tensors["key_mask"] = mask_bytes
+    check_launch_device(_post_rows_kernel, tensors)
+    if x.numel() == 0:
+        return out
+    ctx_dtype = _DTYPES.get(gemm_precision, torch.float32) if variant == "heads" else torch.float32
+    ctx = torch.empty(x.shape, device=x.device, dtype=ctx_dtype)
+    qkv = None
+    if variant == "rows":
+        qkv_dtype = _DTYPES.get(attn_precision, torch.float32)
+        qkv = torch.empty((batch, seq_len, 3 * d_model), device=x.device, dtype=qkv_dtype)
+    current = x
+    for i, w in enumerate(layers):
+        last = i == len(layers) - 1
+        _launch_layer(
+            current,
+            out,
+            ctx,
+            qkv,
+            w,
+            mask_bytes,
+            final_norm if last else None,
+            variant=variant,
+            num_heads=num_heads,
+            causal=causal,
+            tiling=tiling,
+            gemm_precision=gemm_precision,
+            attn_precision=attn_precision,
+            key_mask=key_mask,
+        )
+        current = out
+    return out
