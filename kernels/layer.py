@@ -123,9 +123,7 @@ def prepare_layer_weights(weights: BlockWeights, gemm_precision: str) -> LayerWe
     weights.check()
     dtype = _DTYPES.get(gemm_precision, torch.float32)
     names = ("q_weight", "k_weight", "v_weight", "o_weight", "ffn_in_weight", "ffn_out_weight")
-    return LayerWeights(
-        weights, **{n: getattr(weights, n).to(dtype).contiguous() for n in names}
-    )
+    return LayerWeights(weights, **{n: getattr(weights, n).to(dtype).contiguous() for n in names})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -595,9 +593,7 @@ def not_supported_reasons(
         padded_s = padded_dim(seq_len)
         for name, value in (("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)):
             if value > padded_s:
-                reasons.append(
-                    f"{name}={value} > padded seq len {padded_s}; use a smaller {name}"
-                )
+                reasons.append(f"{name}={value} > padded seq len {padded_s}; use a smaller {name}")
     if smem_bytes is None and device_type == "cuda":
         smem_bytes = DEFAULT_SMEM_LIMIT
     reasons = launch_reasons(
@@ -809,7 +805,9 @@ def layer_stack(
     mask_bytes = None if key_mask is None else _mask_bytes(key_mask, batch, seq_len)
     if out is None:
         out = torch.empty_like(x)
-    elif tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous():
+    elif (
+        tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous()
+    ):
         raise ValueError(
             f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
             f"float32 {tuple(x.shape)}"

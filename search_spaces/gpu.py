@@ -9,6 +9,34 @@ here applies the mask on the device; the Triton kernels take it as it is.
 
 _GRAPH_PLAN = {"heads": "strided", "qkv": "packed", "cuda_graph": True}
 _SDPA = ["sdpa_auto", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]
+_LAYERS = ["heads", "rows"]
+_PER_LAYER = {"fused_block": [False], "fused_layer": ["none"]}  # the unfused path's knobs
+
+
+def _layer(
+    variant: str,
+    block_m: int,
+    block_n: int,
+    warps: int,
+    stages: int,
+    row_block: int,
+    row_warps: int,
+) -> dict:
+    """A fused-layer plan with fp16 operands under a CUDA graph."""
+    return {
+        "attention": "triton",
+        "fused_layer": variant,
+        "attn_precision": "fp16",
+        "gemm_precision": "fp16",
+        "attn_block_m": block_m,
+        "attn_block_n": block_n,
+        "attn_warps": warps,
+        "attn_stages": stages,
+        "row_block": row_block,
+        "row_warps": row_warps,
+        "cuda_graph": True,
+    }
+
 
 SPACE = {
     "name": "gpu",
@@ -26,6 +54,25 @@ SPACE = {
                 {"attention": "sdpa_cudnn", "attn_precision": "fp16"},
                 {"attention": "triton", "attn_precision": "fp32"},
                 {"attention": "triton", "attn_precision": "fp16"},
+                # Fused layers for any batch (kernels/layer.py): two launches a layer
+                # (S <= 256), or three with the flash attention (any S). The variants are
+                # told apart by fused_layer and fused_block before gemm_precision (knobs
+                # are asked in order of first appearance), which is a parameter of its own
+                # for the per-layer path.
+                {
+                    "attention": "triton",
+                    "fused_layer": "heads",
+                    "fused_block": False,
+                    "attn_precision": "fp16",
+                    "gemm_precision": "fp16",
+                },
+                {
+                    "attention": "triton",
+                    "fused_layer": "rows",
+                    "fused_block": False,
+                    "attn_precision": "fp16",
+                    "gemm_precision": "fp16",
+                },
                 # The whole layer in two Triton launches (S, d_model, FFN <= 256). fp16
                 # operands only: its TF32 variant failed the rule on 9 of 10 cases on the
                 # H200 (docs/fused_block.md).
@@ -41,10 +88,12 @@ SPACE = {
         {
             "name": "attn_block_n",
             "values": [32, 64, 128],
-            "when": {"attention": ["triton"], "fused_block": [False]},
+            "when": {"attention": ["triton"], "fused_block": [False]},  # fused_layer uses it
         },
         {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton"]}},
         {"name": "attn_stages", "values": [1, 2, 3], "when": {"attention": ["triton"]}},
+        {"name": "row_block", "values": [16, 32, 64, 128], "when": {"fused_layer": _LAYERS}},
+        {"name": "row_warps", "values": [2, 4, 8], "when": {"fused_layer": _LAYERS}},
         # torch.compile of the forward with a library attention (the one line a user
         # writes, as a plan the search can pick): compile time is the trial's first call.
         # max-autotune is left out: minutes of compile per shape, and its TF32 Triton GEMMs
@@ -54,19 +103,19 @@ SPACE = {
             "values": ["none", "default", "reduce-overhead"],
             "when": {"attention": _SDPA},
         },
-        {"name": "qkv", "values": ["separate", "packed"], "when": {"fused_block": [False]}},
-        {"name": "heads", "values": ["contiguous", "strided"], "when": {"fused_block": [False]}},
-        {"name": "gemm_precision", "values": ["fp32", "fp16"], "when": {"fused_block": [False]}},
+        {"name": "qkv", "values": ["separate", "packed"], "when": _PER_LAYER},
+        {"name": "heads", "values": ["contiguous", "strided"], "when": _PER_LAYER},
+        {"name": "gemm_precision", "values": ["fp32", "fp16"], "when": _PER_LAYER},
         # The Triton LayerNorm and GELU epilogue do not go under torch.compile.
         {
             "name": "layernorm",
             "values": ["torch", "triton"],
-            "when": {"fused_block": [False], "compile": ["none"]},
+            "when": dict(_PER_LAYER, compile=["none"]),
         },
         {
             "name": "ffn_act",
             "values": ["torch", "triton_epilogue"],
-            "when": {"fused_block": [False], "compile": ["none"]},
+            "when": dict(_PER_LAYER, compile=["none"]),
         },
         # reduce-overhead captures graphs itself.
         {"name": "cuda_graph", "values": [False, True], "when": {"compile": ["none", "default"]}},
@@ -77,6 +126,11 @@ SPACE = {
     ],
     "enqueue": [
         {},
+        # Fused layers (session 6, autotune compare on the H200, commit 5df76d4): small
+        # tiles on the launch-bound cases, 64-row tiles on the mid ones, rows for S=1024.
+        _layer("heads", 32, 32, 4, 2, 16, 4),
+        _layer("heads", 64, 64, 4, 2, 64, 4),
+        _layer("rows", 64, 64, 4, 2, 64, 4),
         dict(_GRAPH_PLAN, attention="sdpa_efficient"),
         dict(_GRAPH_PLAN, attention="sdpa_cudnn", attn_precision="fp16"),
         dict(_GRAPH_PLAN, attention="sdpa_flash", attn_precision="fp16"),
