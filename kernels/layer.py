@@ -426,7 +426,10 @@ def _post_rows_kernel(
     valid = row_ok
     if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
         valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
-        a = tl.where(valid[:, None], a, 0.0)  # padded rows of the attention output
+        # Padded rows of the attention output, as the reference zeroes them (a padded row
+        # feeds nothing but itself here and is zeroed again below: kept for exactness of
+        # the intermediate, not of the output).
+        a = tl.where(valid[:, None], a, 0.0)
     x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
 
     h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)

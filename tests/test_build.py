@@ -66,6 +66,16 @@ TRITON_PLANS = [
         attn_block_m=16,
         attn_block_n=32,
     ),
+    Plan(attention="triton", fused_layer="heads", attn_block_m=16, attn_block_n=16, row_block=16),
+    Plan(
+        attention="triton",
+        fused_layer="rows",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        attn_block_m=16,
+        attn_block_n=32,
+        row_block=16,
+    ),
 ]
 SMALL_GOLDEN = [p for p in GOLDEN if "case02" not in p]
 
@@ -220,6 +230,31 @@ def test_the_fused_block_refuses_mixed_operand_precisions(cpu_device) -> None:
     assert any("one operand precision" in r for r in reasons)
 
 
+def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
+    """A fused layer runs whole layers with its own Triton attention, on the whole batch:
+    the fused block beside it, another attention, torch.compile or batch chunks are
+    refused with the knob named; the per-layer path is what fused_layer=none picks."""
+    from autotune import backends
+
+    cfg = TransformerConfig(2, 16, 32, 2, 48, 1, True)
+    layer = Plan(attention="triton", fused_layer="heads", attn_block_m=16, attn_block_n=16)
+    assert not_supported_reasons(layer, cfg, cpu_device) == []
+    assert backends.layer_backend(layer).value == "heads"
+    assert not backends.layer_backend(Plan()).fused
+    assert not layer.reads_mask_on_host
+    for change, words in (
+        ({"fused_block": True}, "both run whole layers"),
+        ({"attention": "sdpa_math"}, "set attention=triton"),
+        ({"batch_chunk": 1}, "batch_chunk=1"),
+    ):
+        reasons = not_supported_reasons(layer.replace(**change), cfg, cpu_device)
+        assert any(words in r for r in reasons), (change, reasons)
+    long = TransformerConfig(1, 300, 32, 2, 48, 1, True)
+    reasons = not_supported_reasons(layer, long, cpu_device)
+    assert any("use fused_layer=rows" in r for r in reasons), reasons
+    assert not_supported_reasons(layer.replace(fused_layer="rows"), long, cpu_device) == []
+
+
 def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:
     gen = torch.Generator().manual_seed(5)
     holes = torch.rand(b, s, generator=gen) < 0.7
@@ -237,6 +272,12 @@ def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:
 DEVICE_MASK_PLANS = {
     "triton-attention": Plan(attention="triton", mask="elide", attn_block_m=16, attn_block_n=16),
     "fused-block": Plan(fused_block=True, mask="elide", attn_block_m=16),
+    "fused-layer-heads": Plan(
+        attention="triton", fused_layer="heads", attn_block_m=16, attn_block_n=16, row_block=16
+    ),
+    "fused-layer-rows": Plan(
+        attention="triton", fused_layer="rows", attn_block_m=16, attn_block_n=16, row_block=16
+    ),
 }
 
 
@@ -245,7 +286,7 @@ DEVICE_MASK_PLANS = {
 def test_plans_that_apply_the_mask_on_the_device_never_read_it_on_the_host(
     plan_name, causal, cpu_device, monkeypatch
 ) -> None:
-    """The Triton attention and the fused block apply any key mask on the device: no call
+    """The Triton attention and the fused layers apply any key mask on the device: no call
     classifies the mask (one host sync each), and every kind of mask (none, all-true,
     right- and left-padded, holes) gives the reference's output."""
     import autotune.build as build

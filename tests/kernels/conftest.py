@@ -23,7 +23,7 @@ if TEST_DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 
 if importlib.util.find_spec("triton") is not None:
-    for module in ("kernels.attention", "kernels.layernorm", "kernels.ffn"):
+    for module in ("kernels.attention", "kernels.layernorm", "kernels.ffn", "kernels.layer"):
         importlib.import_module(module)
 
 

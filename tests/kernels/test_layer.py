@@ -1,0 +1,204 @@
+"""The fused layers for any batch (kernels.layer) vs ReferenceTransformer, their planning
+limits and launcher checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from autotune.core.reference import ReferenceTransformer, TransformerConfig
+from kernels._tolerance import PROJECT_RULE, compare
+from kernels.block import weights_from_model
+from kernels.layer import (
+    Tiling,
+    estimate_shared_memory_bytes,
+    layer_stack,
+    not_supported_reasons,
+    prepare_layer_weights,
+)
+
+H200_SMEM = 232448
+SMALL = Tiling(block_m=16, block_n=16, row_block=16)
+
+
+def _mask(kind: str, b: int, s: int, gen: torch.Generator) -> torch.Tensor | None:
+    if kind == "none":
+        return None
+    if kind == "all-true":
+        return torch.ones(b, s, dtype=torch.bool)
+    if kind == "right-padded":  # one row keeps a single token
+        lengths = torch.tensor([s, 1, s - 5][:b])
+        return torch.arange(s)[None, :] < lengths[:, None]
+    holes = torch.rand(b, s, generator=gen) < 0.6
+    holes[:, 0] = True
+    return holes
+
+
+def run_stack(
+    *,
+    variant: str,
+    precision: str,
+    mask_kind: str,
+    causal: bool,
+    shape: tuple[int, int, int, int, int, int] = (3, 37, 40, 5, 72, 2),
+    tiling: Tiling = SMALL,
+    device: str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, s, d, h, f, n_layers = shape
+    config = TransformerConfig(b, s, d, h, f, n_layers, causal)
+    torch.manual_seed(1234)
+    model = ReferenceTransformer(config).eval()
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(b, s, d, generator=gen)
+    mask = _mask(mask_kind, b, s, gen)
+    if mask is not None:
+        x = x.masked_fill(~mask[..., None], 0.0)
+    with torch.inference_mode():
+        reference = model(x, mask)
+        layers, final = weights_from_model(model.to(device))
+        xd = x.to(device)
+        before = xd.clone()
+        out = layer_stack(
+            xd,
+            [prepare_layer_weights(w, precision) for w in layers],
+            final,
+            num_heads=h,
+            causal=causal,
+            key_mask=None if mask is None else mask.to(device),
+            variant=variant,
+            tiling=tiling,
+            gemm_precision=precision,
+            attn_precision=precision,
+        )
+    return out.cpu(), reference, before.cpu() - xd.cpu()
+
+
+@pytest.mark.parametrize(
+    ("variant", "precision", "mask_kind", "causal"),
+    [
+        ("heads", "ieee", "none", True),
+        ("heads", "fp16", "right-padded", True),
+        ("heads", "fp16", "holes", False),
+        ("heads", "tf32x3", "all-true", True),
+        ("rows", "ieee", "holes", True),
+        ("rows", "fp16", "right-padded", False),
+        ("rows", "fp16", "none", True),
+    ],
+)
+def test_layer_stack_matches_the_reference_transformer(
+    variant, precision, mask_kind, causal, device
+) -> None:
+    """Three query blocks (S=37 with 16-row tiles), d_model 40 padded to 64, FFN 72 in
+    chunks, head_dim 8: every masked edge; every mask kind, applied on the device, gives
+    the reference's output (padded rows zeroed, a one-token row included), and x is left
+    as it was."""
+    out, reference, x_change = run_stack(
+        variant=variant, precision=precision, mask_kind=mask_kind, causal=causal, device=device
+    )
+    comparison = compare(out, reference, PROJECT_RULE)
+    assert comparison.passed, comparison.detail
+    assert torch.count_nonzero(x_change) == 0
+
+
+def test_wide_tiles_and_one_layer_give_the_same_result(device) -> None:
+    """One query block covering the whole sequence (no K/V recomputation), 32-row row
+    blocks and 8 warps: the same function as the small tiles."""
+    kwargs = dict(variant="heads", precision="ieee", mask_kind="holes", causal=True)
+    shape = (2, 29, 32, 2, 48, 1)
+    wide, reference, _ = run_stack(
+        **kwargs,
+        shape=shape,
+        tiling=Tiling(block_m=32, block_n=32, num_warps=8, row_block=32, row_warps=8),
+        device=device,
+    )
+    small, _, _ = run_stack(**kwargs, shape=shape, device=device)
+    assert compare(wide, reference, PROJECT_RULE).passed
+    torch.testing.assert_close(wide, small, rtol=1e-5, atol=1e-5)
+
+
+def _prepared(precision: str = "fp16"):
+    config = TransformerConfig(2, 8, 16, 2, 32, 1, True)
+    torch.manual_seed(0)
+    layers, final = weights_from_model(ReferenceTransformer(config).eval())
+    return [prepare_layer_weights(w, precision) for w in layers], final
+
+
+def test_launcher_refuses_bad_arguments_with_the_value_and_the_fix() -> None:
+    layers, final = _prepared("fp16")
+    x = torch.randn(2, 8, 16)
+    kwargs = dict(num_heads=2, causal=True, tiling=SMALL)
+    with pytest.raises(ValueError, match="shares storage with x"):
+        layer_stack(x, layers, final, out=x, **kwargs)
+    with pytest.raises(ValueError, match=r"gemm_precision='ieee' reads torch\.float32"):
+        layer_stack(x, layers, final, gemm_precision="ieee", **kwargs)
+    with pytest.raises(ValueError, match="variant='blocks' is not one of heads, rows"):
+        layer_stack(x, layers, final, variant="blocks", **kwargs)
+    with pytest.raises(ValueError, match="row_block=24 must be a power of two"):
+        layer_stack(x, layers, final, tiling=Tiling(row_block=24), num_heads=2, causal=True)
+    with pytest.raises(ValueError, match="pass prepare_layer_weights"):
+        layer_stack(x, [layers[0].fp32], final, **kwargs)
+    with pytest.raises(ValueError, match="layers is empty"):
+        layer_stack(x, [], final, **kwargs)
+
+
+def _reasons(**changes):
+    args = dict(
+        variant="heads",
+        seq_len=128,
+        d_model=128,
+        num_heads=4,
+        ffn_dim=128,
+        tiling=Tiling(),
+        gemm_precision="fp16",
+        attn_precision="fp16",
+        device_type="cuda",
+        capability=(9, 0),
+        smem_bytes=H200_SMEM,
+    )
+    args.update(changes)
+    return not_supported_reasons(**args)
+
+
+def test_support_rules_name_the_limit_and_the_way_out() -> None:
+    assert _reasons() == []
+    assert _reasons(variant="rows", seq_len=1024) == []
+    assert any("use fused_layer=rows" in r for r in _reasons(seq_len=1024))
+    assert any("d_model=1024 is outside" in r for r in _reasons(d_model=1024, ffn_dim=1024))
+    assert any("head_dim=4" in r for r in _reasons(d_model=16, num_heads=4))
+    assert any("head_dim=256" in r for r in _reasons(d_model=256, num_heads=1))
+    assert _reasons(variant="rows", d_model=256, num_heads=1) == []
+    assert any(
+        "needs CUDA capability" in r for r in _reasons(gemm_precision="bf16", capability=(7, 5))
+    )
+    wide = Tiling(block_m=64, block_n=64)
+    assert any(
+        "attn_block_m=64 > padded seq len 32" in r for r in _reasons(seq_len=32, tiling=wide)
+    )
+    assert _reasons(seq_len=32, tiling=wide, prune_pointless=False) == []
+
+
+def test_shared_memory_estimate_grows_with_tiles_and_refuses_past_the_limit() -> None:
+    def estimate(tiling: Tiling, precision: str = "fp16") -> int:
+        return estimate_shared_memory_bytes(
+            variant="heads",
+            d_model=256,
+            num_heads=2,
+            ffn_dim=256,
+            tiling=tiling,
+            gemm_precision=precision,
+            attn_precision=precision,
+        )
+
+    small, big = (
+        estimate(Tiling(block_m=16, block_n=16)),
+        estimate(Tiling(block_m=128, block_n=128)),
+    )
+    assert small < big
+    assert estimate(Tiling(), "ieee") > estimate(Tiling(), "fp16")
+    huge = Tiling(block_m=128, block_n=128, num_stages=4)
+    assert any(
+        "shared memory" in r
+        for r in _reasons(d_model=256, num_heads=2, ffn_dim=256, seq_len=256, tiling=huge)
+    )
