@@ -332,6 +332,27 @@ def _head_projection(
 
 
 @triton.jit
+def _online_softmax_step(
+    qk, valid, m_i, l_i, acc, v, PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr
+):
+    """One key block of the online softmax: ``qk`` the scaled scores (log2 domain),
+    ``valid`` the (row, key) pairs that count, ``v`` the block's fp32 values; returns the
+    new running max, sum and fp32 accumulator."""
+    qk = tl.where(valid, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    # A row with no valid key so far keeps m = -inf: subtract 0 instead (no NaN).
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp2(qk - m_use[:, None])
+    alpha = tl.exp2(m_i - m_use)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    p = to_operand(p, PRECISION, EMULATE_BF16_DOT)
+    v = to_operand(v, PRECISION, EMULATE_BF16_DOT)
+    acc = dot(p, v, acc, PRECISION, EMULATE_BF16_DOT)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _attention_half_kernel(
     x_ptr,
     out_ptr,
@@ -464,18 +485,9 @@ def _attention_half_kernel(
                 valid = valid & (key_ok != 0)[None, :]
             if CAUSAL:
                 valid = valid & (offs_n[None, :] <= offs_m[:, None])
-            qk = tl.where(valid, qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            # A row with no valid key so far keeps m = -inf: subtract 0 instead (no NaN).
-            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.exp2(qk - m_use[:, None])
-            alpha = tl.exp2(m_i - m_use)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None]
-            p = to_operand(p, PRECISION, EMULATE_BF16_DOT)
-            v = to_operand(v, PRECISION, EMULATE_BF16_DOT)
-            acc = dot(p, v, acc, PRECISION, EMULATE_BF16_DOT)
-            m_i = m_new
+            m_i, l_i, acc = _online_softmax_step(
+                qk, valid, m_i, l_i, acc, v, PRECISION, EMULATE_BF16_DOT
+            )
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no valid key at all: context 0, not NaN
         ctx = to_operand(acc / l_safe[:, None], PRECISION, EMULATE_BF16_DOT)
         # Wo[:, head]^T tile [BLOCK_HD, BLOCK_D]: element (c, n) = Wo[n, col0 + c].

@@ -68,6 +68,7 @@ from kernels.block import (
     _head_projection,
     _layernorm_rows,
     _mask_bytes,
+    _online_softmax_step,
 )
 
 LAYERNORM_EPS = 1e-5
@@ -153,6 +154,23 @@ def k_chunk(d_model: int) -> int:
 # Kernels
 # --------------------------------------------------------------------------------------
 @triton.jit
+def _normed_rows(
+    base, rows, row_ok, offs_d, d_ok, w_ptr, b_ptr, d_model, eps,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """LayerNorm of rows ``rows`` of a ``[*, d_model]`` fp32 matrix at ``base``, as a dot
+    operand of ``PRECISION`` (padded rows and columns read as 0)."""
+    x = tl.load(
+        base + rows[:, None] * d_model + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    return to_operand(
+        _layernorm_rows(x, w_ptr, b_ptr, offs_d, d_ok, d_model, eps), PRECISION, EMULATE_BF16_DOT
+    )
+
+
+@triton.jit
 def _heads_attention_kernel(
     x_ptr,
     ctx_ptr,
@@ -197,13 +215,19 @@ def _heads_attention_kernel(
     c_ok = offs_c < head_dim
     row_ok = offs_m < seq_len
 
-    x_q = tl.load(
-        x_base + offs_m[:, None] * d_model + offs_d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
+    h_q = _normed_rows(
+        x_base,
+        offs_m,
+        row_ok,
+        offs_d,
+        d_ok,
+        n1w_ptr,
+        n1b_ptr,
+        d_model,
+        eps,
+        PREC_G,
+        EMULATE_BF16_DOT,
     )
-    h_q = _layernorm_rows(x_q, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
-    h_q = to_operand(h_q, PREC_G, EMULATE_BF16_DOT)
     q = _head_projection(
         h_q, wq_ptr, bq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
         BLOCK_M, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
@@ -219,13 +243,10 @@ def _heads_attention_kernel(
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         key_in = offs_n < seq_len
-        x_k = tl.load(
-            x_base + offs_n[:, None] * d_model + offs_d[None, :],
-            mask=key_in[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        h_k = _layernorm_rows(x_k, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
-        h_k = to_operand(h_k, PREC_G, EMULATE_BF16_DOT)
+        h_k = _normed_rows(
+            x_base, offs_n, key_in, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
+            EMULATE_BF16_DOT,
+        )  # fmt: skip
         k = _head_projection(
             h_k, wk_ptr, bk_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
             BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
@@ -243,22 +264,7 @@ def _heads_attention_kernel(
             valid = valid & (key_ok != 0)[None, :]
         if CAUSAL:
             valid = valid & (offs_n[None, :] <= offs_m[:, None])
-        qk = tl.where(valid, qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        # A row with no valid key so far keeps m = -inf: subtract 0 instead (no NaN).
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp2(qk - m_use[:, None])
-        alpha = tl.exp2(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        acc = dot(
-            to_operand(p, PREC_A, EMULATE_BF16_DOT),
-            to_operand(v, PREC_A, EMULATE_BF16_DOT),
-            acc,
-            PREC_A,
-            EMULATE_BF16_DOT,
-        )
-        m_i = m_new
+        m_i, l_i, acc = _online_softmax_step(qk, valid, m_i, l_i, acc, v, PREC_A, EMULATE_BF16_DOT)
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no valid key at all: context 0, not NaN
     ctx = acc / l_safe[:, None]
     tl.store(
@@ -338,13 +344,19 @@ def _qkv_rows_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < d_model
     row_ok = offs_m < num_rows
-    x = tl.load(
-        x_ptr + rows[:, None] * d_model + offs_d[None, :],
-        mask=row_ok[:, None] & d_ok[None, :],
-        other=0.0,
+    h = _normed_rows(
+        x_ptr,
+        rows,
+        row_ok,
+        offs_d,
+        d_ok,
+        n1w_ptr,
+        n1b_ptr,
+        d_model,
+        eps,
+        PRECISION,
+        EMULATE_BF16_DOT,
     )
-    h = _layernorm_rows(x, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps)
-    h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
     stride = 3 * d_model
     _project_rows(
         h, wq_ptr, bq_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 0, stride, d_model,
@@ -776,6 +788,7 @@ def layer_stack(
     if len(layers) == 0:
         raise ValueError("layers is empty; pass at least one LayerWeights")
     batch, seq_len, d_model = x.shape
+    want = _DTYPES.get(gemm_precision, torch.float32)
     for i, w in enumerate(layers):
         if not isinstance(w, LayerWeights):
             raise ValueError(
@@ -786,7 +799,6 @@ def layer_stack(
                 f"layers[{i}] has d_model={w.d_model} but x has {d_model} features; "
                 "pass the matching layers"
             )
-        want = _DTYPES.get(gemm_precision, torch.float32)
         if w.q_weight.dtype != want:
             raise ValueError(
                 f"layers[{i}] holds {w.q_weight.dtype} weights but gemm_precision="
