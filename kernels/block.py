@@ -513,6 +513,44 @@ def _attention_half_kernel(
 
 
 @triton.jit
+def _ffn_of_rows(
+    x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """``GELU_erf(LayerNorm2(x1) @ W1^T + b1) @ W2^T`` (no ``b2``) of an fp32 row tile, the
+    FFN dim ``BLOCK_F`` columns at a time; fp32 [BLOCK_M, BLOCK_D], padded columns 0."""
+    offs_f0 = tl.arange(0, BLOCK_F)
+    h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)
+    h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
+    f = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for f0 in range(0, ffn_dim, BLOCK_F):
+        offs_f = f0 + offs_f0
+        f_ok = offs_f < ffn_dim
+        # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
+        w1_t = tl.load(
+            w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
+            mask=d_ok[:, None] & f_ok[None, :],
+            other=0.0,
+        )
+        w1_t = to_operand(w1_t, PRECISION, EMULATE_BF16_DOT)
+        a = dot(
+            h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
+        )
+        a = gelu_exact(a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
+        a = to_operand(a, PRECISION, EMULATE_BF16_DOT)  # padded columns: GELU(0) = 0
+        # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
+        w2_t = tl.load(
+            w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
+            mask=f_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        w2_t = to_operand(w2_t, PRECISION, EMULATE_BF16_DOT)
+        f = dot(a, w2_t, f, PRECISION, EMULATE_BF16_DOT)
+    return f
+
+
+@triton.jit
 def _ffn_half_kernel(
     x_ptr,
     out_ptr,
@@ -542,39 +580,16 @@ def _ffn_half_kernel(
 ):
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_f0 = tl.arange(0, BLOCK_F)
     d_ok = offs_d < d_model
     row_ok = offs_m < num_rows
     io_mask = row_ok[:, None] & d_ok[None, :]
     offsets = offs_m.to(tl.int64)[:, None] * d_model + offs_d[None, :]
 
     x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0)
-    h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)
-    h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
-    f = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for f0 in range(0, ffn_dim, BLOCK_F):
-        offs_f = f0 + offs_f0
-        f_ok = offs_f < ffn_dim
-        # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
-        w1_t = tl.load(
-            w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
-            mask=d_ok[:, None] & f_ok[None, :],
-            other=0.0,
-        )
-        w1_t = to_operand(w1_t, PRECISION, EMULATE_BF16_DOT)
-        a = dot(
-            h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
-        )
-        a = gelu_exact(a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
-        a = to_operand(a, PRECISION, EMULATE_BF16_DOT)  # padded columns: GELU(0) = 0
-        # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
-        w2_t = tl.load(
-            w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
-            mask=f_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        w2_t = to_operand(w2_t, PRECISION, EMULATE_BF16_DOT)
-        f = dot(a, w2_t, f, PRECISION, EMULATE_BF16_DOT)
+    f = _ffn_of_rows(
+        x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
+        BLOCK_M, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
     y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
     if HAS_KEY_LENGTHS:
         length = tl.load(key_lengths_ptr + offs_m // seq_len, mask=row_ok, other=0)

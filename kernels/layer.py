@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from kernels import attention as flash
-from kernels._common import MIN_BLOCK, gelu_exact, padded_dim
+from kernels._common import MIN_BLOCK, padded_dim
 from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
@@ -65,6 +65,7 @@ from kernels.block import (
     BlockWeights,
     _check_norm,
     _check_x,
+    _ffn_of_rows,
     _head_projection,
     _layernorm_rows,
     _mask_bytes,
@@ -405,7 +406,6 @@ def _post_rows_kernel(
     rows = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     offs_k0 = tl.arange(0, BLOCK_K)
-    offs_f0 = tl.arange(0, BLOCK_F)
     d_ok = offs_d < d_model
     row_ok = offs_m < num_rows
     io_mask = row_ok[:, None] & d_ok[None, :]
@@ -444,40 +444,10 @@ def _post_rows_kernel(
         a = tl.where(valid[:, None], a, 0.0)
     x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
 
-    h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)
-    h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
-    f = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
-    for f0 in range(0, ffn_dim, BLOCK_F):
-        offs_f = f0 + offs_f0
-        f_ok = offs_f < ffn_dim
-        # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
-        w1_t = tl.load(
-            w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
-            mask=d_ok[:, None] & f_ok[None, :],
-            other=0.0,
-        )
-        g = dot(
-            h,
-            to_operand(w1_t, PRECISION, EMULATE_BF16_DOT),
-            tl.zeros([BLOCK_R, BLOCK_F], dtype=tl.float32),
-            PRECISION,
-            EMULATE_BF16_DOT,
-        )
-        g = gelu_exact(g + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
-        # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j]. Padded FFN
-        # columns: GELU(0) = 0 times masked-to-0 weights.
-        w2_t = tl.load(
-            w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
-            mask=f_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        f = dot(
-            to_operand(g, PRECISION, EMULATE_BF16_DOT),
-            to_operand(w2_t, PRECISION, EMULATE_BF16_DOT),
-            f,
-            PRECISION,
-            EMULATE_BF16_DOT,
-        )
+    f = _ffn_of_rows(
+        x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
+        BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
     y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
     if HAS_KEY_MASK:
         y = tl.where(valid[:, None], y, 0.0)
