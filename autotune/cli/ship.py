@@ -25,6 +25,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         verified=args.verified,
         cases=tuple(c.id for c in select_cases(args.cases)) if args.cases else None,
         isolate=not args.in_process,
+        buckets=args.buckets,
         anchors=EXPORT_ANCHORS if args.anchors is None else tuple(parse_anchors(args.anchors)),
     )
     path, version, winners, failed = export_table(
@@ -41,6 +42,38 @@ def cmd_export(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    return 0
+
+
+def cmd_buckets(args: argparse.Namespace) -> int:
+    from autotune.runtime.table import compatibility_problems, load_table
+    from autotune.ship.export import add_buckets
+
+    chosen = selection(args)
+    table = load_table(args.table)
+    if table.problems:
+        print(f"autotune buckets: {table.source}: {'; '.join(table.problems)}", file=sys.stderr)
+        return 2
+    if table.profile != chosen.profile.name:
+        print(
+            f"autotune buckets: {table.source} is a table for profile {table.profile!r}, not "
+            f"{chosen.profile.name!r}; pass --gpu {table.profile}",
+            file=sys.stderr,
+        )
+        return 2
+    problems = compatibility_problems(table, chosen.device)
+    if problems:
+        print(
+            f"autotune buckets: the runtime refuses {table.source} here ({'; '.join(problems)}); "
+            "buckets are verified on the device and stack the table serves on",
+            file=sys.stderr,
+        )
+        return 2
+    out = Path(args.out or args.table)
+    path, version, buckets = add_buckets(
+        table, chosen, out, emit=lambda line: print(line, flush=True)
+    )
+    print(f"wrote {path} (table version {version}, {len(buckets)} buckets)")
     return 0
 
 
@@ -86,4 +119,22 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "one ships instead (default sdpa,sdpa+reduce-overhead; 'none', 'all', or a comma "
         "list of: sdpa, sdpa+reduce-overhead, max-autotune)",
     )
+    p.add_argument(
+        "--buckets",
+        action="store_true",
+        help="also group the entries into buckets of batch and sequence length, each "
+        "verified at its corners and centre (otherwise the table's buckets are kept)",
+    )
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "buckets",
+        help="add verified buckets (ranges of batch and sequence length) to a table",
+        description="Group a table's entries into buckets of batch size and sequence "
+        "length, verify each bucket's plan on this device at its corners and centre (gate "
+        "and timing against the reference), and write the table again with them.",
+    )
+    add_gpu(p)
+    p.add_argument("--table", required=True, help="the table (e.g. tables/h200.py)")
+    p.add_argument("--out", help="where to write (default: the table itself, a new version)")
+    p.set_defaults(func=cmd_buckets)

@@ -21,7 +21,10 @@ from typing import Any
 from autotune.core.device import DeviceInfo, software_versions
 from autotune.plan import Plan
 
-SCHEMA_VERSION = 1
+# Schema 2 adds BUCKETS (regimes of batch and sequence length served by one verified
+# plan, autotune.ship.buckets); schema-1 tables (no BUCKETS) still load.
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 TABLE_FIELDS = (
     "SCHEMA_VERSION",
     "PROFILE",
@@ -30,26 +33,40 @@ TABLE_FIELDS = (
     "ENTRIES",
     "CONTENT_HASH",
 )
+OPTIONAL_FIELDS = ("BUCKETS",)
 
 
 def canonical_payload(
-    profile: str, version: int, provenance: dict[str, Any], entries: dict[tuple[Any, ...], Any]
+    profile: str,
+    version: int,
+    provenance: dict[str, Any],
+    entries: dict[tuple[Any, ...], Any],
+    buckets: list[Any] | None = None,
+    schema: int = SCHEMA_VERSION,
 ) -> str:
-    """The bytes the content hash covers: everything in the table but the hash itself."""
-    body = {
-        "schema": SCHEMA_VERSION,
+    """The bytes the content hash covers: everything in the table but the hash itself
+    (a schema-1 table has no buckets and hashes as it always did)."""
+    body: dict[str, Any] = {
+        "schema": schema,
         "profile": profile,
         "version": version,
         "provenance": provenance,
         "entries": [[list(k), entries[k]] for k in sorted(entries, key=_key_order)],
     }
+    if schema >= 2:
+        body["buckets"] = list(buckets or [])
     return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def content_hash(
-    profile: str, version: int, provenance: dict[str, Any], entries: dict[tuple[Any, ...], Any]
+    profile: str,
+    version: int,
+    provenance: dict[str, Any],
+    entries: dict[tuple[Any, ...], Any],
+    buckets: list[Any] | None = None,
+    schema: int = SCHEMA_VERSION,
 ) -> str:
-    payload = canonical_payload(profile, version, provenance, entries)
+    payload = canonical_payload(profile, version, provenance, entries, buckets, schema)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -97,6 +114,8 @@ class DispatchTable:
     content_hash: str
     source: str
     problems: tuple[str, ...] = ()  # set: the table is refused as a whole
+    buckets: tuple[Mapping[str, Any], ...] = ()
+    schema: int = SCHEMA_VERSION
 
     @property
     def usable(self) -> bool:
@@ -145,7 +164,8 @@ def load_table(
             )
         values, source = read_table_file(path), str(path)
     elif isinstance(table, types.ModuleType):
-        values = {k: getattr(table, k) for k in TABLE_FIELDS if hasattr(table, k)}
+        fields = TABLE_FIELDS + OPTIONAL_FIELDS
+        values = {k: getattr(table, k) for k in fields if hasattr(table, k)}
         source = getattr(table, "__file__", None) or table.__name__
     else:
         values, source = dict(table), "<mapping>"
@@ -153,15 +173,24 @@ def load_table(
     if missing:
         raise ValueError(f"{source} is not a dispatch table: it lacks {missing}")
     problems = []
-    if values["SCHEMA_VERSION"] != SCHEMA_VERSION:
+    schema = values["SCHEMA_VERSION"]
+    if schema not in READABLE_SCHEMAS:
         problems.append(
-            f"schema version {values['SCHEMA_VERSION']} is not the supported "
-            f"{SCHEMA_VERSION}; re-export the table with this autotune"
+            f"schema version {schema} is not one this autotune reads "
+            f"({', '.join(map(str, READABLE_SCHEMAS))}); re-export the table with this autotune"
         )
     entries = {tuple(k): v for k, v in values["ENTRIES"].items()}
+    buckets = list(values.get("BUCKETS") or [])
+    if schema == 1 and buckets:
+        problems.append("a schema-1 table cannot hold BUCKETS; re-export it")
     try:
         actual = content_hash(
-            values["PROFILE"], values["TABLE_VERSION"], values["PROVENANCE"], entries
+            values["PROFILE"],
+            values["TABLE_VERSION"],
+            values["PROVENANCE"],
+            entries,
+            buckets,
+            schema if isinstance(schema, int) else SCHEMA_VERSION,
         )
     except (TypeError, ValueError) as exc:
         actual = f"unhashable ({exc})"
@@ -179,6 +208,8 @@ def load_table(
         values["CONTENT_HASH"],
         source,
         tuple(problems),
+        tuple(buckets),
+        schema if isinstance(schema, int) else -1,
     )
 
 
@@ -216,11 +247,9 @@ def compatibility_problems(table: DispatchTable, device: DeviceInfo) -> list[str
     differ = []  # (name, the table's version, this one)
     if _major_minor(versions.get("torch")) != _major_minor(here["torch"]):
         differ.append(("torch", versions.get("torch"), here["torch"]))
-    uses_triton = any(
-        Plan.from_dict(e.get("plan", {})).uses_triton
-        for e in table.entries.values()
-        if e.get("admitted")
-    )
+    plans = [e.get("plan", {}) for e in table.entries.values() if e.get("admitted")]
+    plans += [b.get("plan", {}) for b in table.buckets]
+    uses_triton = any(Plan.from_dict(p).uses_triton for p in plans)
     if uses_triton and _major_minor(versions.get("triton")) != _major_minor(here["triton"]):
         differ.append(("triton", versions.get("triton"), here["triton"]))
     if differ:

@@ -1,0 +1,288 @@
+"""Buckets: the table's tuned entries grouped into regimes of batch size and sequence
+length, each served by one plan verified across its range (``autotune export --buckets``).
+
+Per group of entries with the same d_model, heads, FFN, layers, causality and dtype:
+
+1. The tuned batch sizes and sequence lengths cut each axis into cells, one per tuned
+   value, the boundaries at the geometric midpoints between neighbours; the outer edges
+   are the smallest and largest tuned values (no extrapolation past the tuned grid).
+2. Each cell takes the plans of the group's entries, nearest tuned shape first
+   (``runtime.buckets.shape_distance``), keeping those whose support rules hold at the
+   cell's corners and that never read the mask on the host.
+3. Neighbouring cells with the same first plan merge into one rectangle, along the batch
+   axis first, then along the sequence axis.
+4. Each rectangle's plan is verified at its four corners and its geometric centre: the
+   selection gate (5 seeds + 5 padded seeds against the dense reference) and a timing
+   against the reference; it must pass everywhere and beat the reference beyond the
+   noise everywhere. If it does not, the cell's next plan is tried; a rectangle no plan
+   holds for gets no bucket (the reference serves it, or the opt-in gate).
+
+A rectangle that is a single shape is the entry itself and gets no bucket; shapes where
+the dense reference would need more than a quarter of the device's memory are left out
+(they cannot be verified here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from autotune.core.device import DeviceInfo
+from autotune.core.reference import TransformerConfig
+from autotune.plan import Plan
+from autotune.runtime.buckets import Key, dims_of, shape_distance
+
+MAX_REFERENCE_SHARE = 0.25  # of device memory: larger shapes are not verified here
+
+
+@dataclasses.dataclass(frozen=True)
+class Draft:
+    """A rectangle of (batch, seq) and its plans, best first: (plan, where it came from)."""
+
+    dims: tuple[Any, ...]
+    batch: tuple[int, int]
+    seq: tuple[int, int]
+    plans: tuple[tuple[Plan, str], ...]
+
+    def points(self) -> list[tuple[int, int]]:
+        """Where the plan is verified: the corners and the geometric centre."""
+        (blo, bhi), (slo, shi) = self.batch, self.seq
+        centre = (round(math.sqrt(blo * bhi)), round(math.sqrt(slo * shi)))
+        out: list[tuple[int, int]] = []
+        for p in [(blo, slo), (blo, shi), (bhi, slo), (bhi, shi), centre]:
+            if p not in out:
+                out.append(p)
+        return out
+
+    def label(self) -> str:
+        return (
+            f"d_model {self.dims[0]}, {self.dims[1]} heads, FFN {self.dims[2]}, "
+            f"{self.dims[3]} layers: batch {self.batch[0]}-{self.batch[1]} x seq "
+            f"{self.seq[0]}-{self.seq[1]}"
+        )
+
+
+def config_at(dims: tuple[Any, ...], batch: int, seq: int) -> TransformerConfig:
+    d_model, heads, ffn, layers, causal = dims[:5]
+    return TransformerConfig(batch, seq, d_model, heads, ffn, layers, causal=bool(causal))
+
+
+def axis_cells(values: list[int]) -> list[tuple[int, int, int]]:
+    """(lo, hi, value) per tuned value: boundaries at geometric midpoints, outer edges at
+    the smallest and largest value."""
+    values = sorted(set(values))
+    cells = []
+    for i, v in enumerate(values):
+        lo = v if i == 0 else math.floor(math.sqrt(values[i - 1] * v)) + 1
+        hi = v if i == len(values) - 1 else math.floor(math.sqrt(v * values[i + 1]))
+        cells.append((lo, hi, v))
+    return cells
+
+
+def _fits(dims: tuple[Any, ...], batch: int, seq: int, device: DeviceInfo) -> bool:
+    from autotune.measure import predict_peak_bytes
+    from autotune.plan import REFERENCE_PLAN
+
+    if not device.total_memory:
+        return True
+    need = predict_peak_bytes(REFERENCE_PLAN, config_at(dims, batch, seq))
+    return need <= MAX_REFERENCE_SHARE * device.total_memory
+
+
+def draft_buckets(
+    entries: Mapping[Key, Mapping[str, Any]],
+    device: DeviceInfo,
+    reasons: Callable[[Plan, TransformerConfig, DeviceInfo], list[str]] | None = None,
+) -> list[Draft]:
+    """Rectangles and their candidate plans from the admitted entries (steps 1-3)."""
+    if reasons is None:
+        from autotune.build import not_supported_reasons as reasons
+    groups: dict[tuple[Any, ...], dict[tuple[int, int], tuple[Plan, str]]] = {}
+    for key, entry in entries.items():
+        if entry.get("admitted"):
+            plan = Plan.from_dict(entry.get("plan", {}))
+            groups.setdefault(dims_of(key), {})[(key[0], key[1])] = (plan, f"case {entry['case']}")
+    drafts: list[Draft] = []
+    for dims, tuned in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if dims[5] != "float32":
+            continue
+        bcells = axis_cells([b for b, _ in tuned])
+        scells = axis_cells([s for _, s in tuned])
+        cells: dict[tuple[int, int], tuple[int, int, int, int, list[tuple[Plan, str]]]] = {}
+        for i, (blo, bhi, bv) in enumerate(bcells):
+            for j, (slo, shi, sv) in enumerate(scells):
+                if not _fits(dims, bhi, shi, device):
+                    continue
+                corners = [(blo, slo), (blo, shi), (bhi, slo), (bhi, shi)]
+                plans: list[tuple[Plan, str]] = []
+                for _, (plan, where) in sorted(
+                    tuned.items(), key=lambda kv: (shape_distance((bv, sv), kv[0]), kv[0])
+                ):
+                    if any(plan == p for p, _ in plans):
+                        continue
+                    if device.type == "cuda" and plan.reads_mask_on_host:
+                        continue
+                    if any(reasons(plan, config_at(dims, b, s), device) for b, s in corners):
+                        continue
+                    plans.append((plan, where))
+                if plans:
+                    cells[(i, j)] = (blo, bhi, slo, shi, plans)
+        drafts += _merge(dims, cells, len(bcells), len(scells))
+    return [d for d in drafts if d.batch[0] != d.batch[1] or d.seq[0] != d.seq[1]]
+
+
+def _merge(
+    dims: tuple[Any, ...],
+    cells: dict[tuple[int, int], tuple[int, int, int, int, list[tuple[Plan, str]]]],
+    nb: int,
+    ns: int,
+) -> list[Draft]:
+    runs: list[tuple[int, int, int, int, list[tuple[Plan, str]]]] = []  # per seq row
+    for j in range(ns):
+        current: list[Any] | None = None
+        for i in range(nb):
+            cell = cells.get((i, j))
+            if current is not None and cell is not None and cell[4][0][0] == current[4][0][0]:
+                current[1] = cell[1]  # same first plan: the run grows along batch
+                continue
+            if current is not None:
+                runs.append(tuple(current))  # type: ignore[arg-type]
+            current = list(cell) if cell is not None else None
+        if current is not None:
+            runs.append(tuple(current))  # type: ignore[arg-type]
+    merged: list[list[Any]] = []
+    for blo, bhi, slo, shi, plans in runs:  # rows in order: merge a run into the one below
+        below = next(
+            (
+                m
+                for m in merged
+                if m[0] == blo and m[1] == bhi and m[3] + 1 == slo and m[4][0][0] == plans[0][0]
+            ),
+            None,
+        )
+        if below is not None:
+            below[3] = shi
+        else:
+            merged.append([blo, bhi, slo, shi, plans])
+    return [Draft(dims, (m[0], m[1]), (m[2], m[3]), tuple(m[4])) for m in merged]
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyJob:
+    """One draft's verification, as plain data a child process can take."""
+
+    draft: Draft
+    profile: str
+    emulated: bool
+
+
+def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
+    """Step 4: the first plan of the draft that passes and wins at every point, as a
+    bucket; and a line per plan that did not."""
+    from autotune.core.cases import Case, classify_regime
+    from autotune.core.profiles import select_profile
+    from autotune.evaluate import evaluate_plan
+    from autotune.judge.gate import SELECTION_GATE, CaseBench
+    from autotune.measure import STUDY_TIMING
+
+    draft = job.draft
+    selection = select_profile(job.profile, emulate=job.emulated)
+    device = selection.effective_device()
+    notes: list[str] = []
+    for plan, where in draft.plans:
+        points = []
+        problem = ""
+        for b, s in draft.points():
+            config = config_at(draft.dims, b, s)
+            case = Case(f"bucket-{b}x{s}", config, classify_regime(config))
+            bench = CaseBench(case, device, reference="dense")
+            o = evaluate_plan(
+                bench,
+                plan,
+                timing=STUDY_TIMING,
+                gate=SELECTION_GATE,
+                capacity_bytes=selection.capacity_bytes,
+            )
+            bench.release()
+            t = o.timing
+            if not o.passed or t is None:
+                problem = f"at batch {b} seq {s}: {o.summary_line()}"
+                break
+            if t.speedup - 1.0 <= t.noise:
+                problem = (
+                    f"at batch {b} seq {s}: {t.speedup:.2f}x does not beat the reference "
+                    f"beyond the noise ({100 * t.noise:.1f}%)"
+                )
+                break
+            points.append(
+                {
+                    "batch": b,
+                    "seq": s,
+                    "worst_budget_share": round(o.report.budget_share, 5) if o.report else None,
+                    "seeds": o.seeds_checked,
+                    "padded_seeds": o.padded_seeds_checked,
+                    "speedup": round(t.speedup, 4),
+                    "noise": round(t.noise, 4),
+                    "ref_median_ms": round(t.ref_median_ms, 5),
+                    "plan_median_ms": round(t.cand_median_ms, 5),
+                }
+            )
+        if problem:
+            notes.append(f"{plan.describe()} (from {where}) fails {problem}")
+            continue
+        bucket = {
+            "dims": list(draft.dims),
+            "batch": list(draft.batch),
+            "seq": list(draft.seq),
+            "plan": plan.to_dict(full=False),
+            "plan_hash": plan.hash,
+            "from": where,
+            "evidence": {
+                "points": points,
+                "failed_elements": 0,
+                "gate": "5 seeds + 5 padded seeds per point, dense reference",
+            },
+        }
+        return bucket, notes
+    return None, notes
+
+
+def build_buckets(
+    entries: Mapping[Key, Mapping[str, Any]],
+    profile: str,
+    emulated: bool,
+    device: DeviceInfo,
+    *,
+    isolate: bool = True,
+    emit: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Draft the rectangles and verify each one (in a child process of its own when
+    ``isolate``: a device fault ends that rectangle only)."""
+    from autotune.core.isolate import call_isolated
+
+    buckets = []
+    drafts = draft_buckets(entries, device)
+    emit(f"buckets: {len(drafts)} rectangles to verify")
+    for draft in drafts:
+        job = VerifyJob(draft, profile, emulated)
+        result, problem = call_isolated(verify_draft, job) if isolate else (verify_draft(job), "")
+        if result is None:
+            emit(f"bucket {draft.label()}: not verified ({problem}); no bucket")
+            continue
+        bucket, notes = result
+        for line in notes:
+            emit(f"bucket {draft.label()}: {line}")
+        if bucket is None:
+            emit(f"bucket {draft.label()}: no plan holds across it; no bucket")
+            continue
+        shares = [p["worst_budget_share"] or 0.0 for p in bucket["evidence"]["points"]]
+        speedups = [p["speedup"] for p in bucket["evidence"]["points"]]
+        emit(
+            f"bucket {draft.label()}: {Plan.from_dict(bucket['plan']).describe()} (from "
+            f"{bucket['from']}) verified at {len(shares)} shapes, worst share "
+            f"{max(shares):.3f}, {min(speedups):.2f}x-{max(speedups):.2f}x"
+        )
+        buckets.append(bucket)
+    return buckets
