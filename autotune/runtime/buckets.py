@@ -31,11 +31,7 @@ def dims_of(key: Key) -> tuple[Any, ...]:
 
 def covers(bucket: Mapping[str, Any], key: Key) -> bool:
     (blo, bhi), (slo, shi) = bucket["batch"], bucket["seq"]
-    return (
-        tuple(bucket["dims"]) == dims_of(key)
-        and blo <= key[0] <= bhi
-        and slo <= key[1] <= shi
-    )
+    return tuple(bucket["dims"]) == dims_of(key) and blo <= key[0] <= bhi and slo <= key[1] <= shi
 
 
 def find_bucket(buckets: Sequence[Mapping[str, Any]], key: Key) -> Mapping[str, Any] | None:

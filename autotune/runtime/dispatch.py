@@ -5,7 +5,19 @@ signature. Per call it looks up the input's case key, checks the runtime contrac
 (device and capability, dtype, mask shape and kind, inference mode, matmul precision
 and TF32 flags) and runs the table's plan on a hit, otherwise the reference.
 ``explain(x, mask)`` returns the route and every reason an entry was not used. It never
-tunes. A table whose hash does not match its content, or made for another GPU or an
+tunes.
+
+A shape with no entry of its own is served by the table's bucket that holds it (a range
+of batch and sequence length whose plan was verified across it at export), when the
+plan's support rules hold for the shape; graphs and tiles are captured per shape at first
+use. With ``gate_unseen=True`` (opt-in) a shape outside every bucket gets a one-time
+correctness gate on first use: the nearest plan of the same dims against the reference
+arithmetic on this model's own weights (5 seeds + 5 padded seeds at this shape); the
+verdict is reported (a warning, and ``explain()``), cached per shape, and kept in
+``gate_cache`` (a JSON file) across processes if one is given. Otherwise such a shape is
+served by the reference, with the reason in ``explain()``. Never an unverified plan.
+
+A table whose hash does not match its content, or made for another GPU or an
 incompatible torch/triton, is refused with a clear message, and the reference serves.
 A call that would hit a tuned entry but breaks the serving contract (gradients enabled,
 matmul precision/TF32 flags not the official ones) is served by the reference with one
@@ -18,8 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +50,7 @@ from autotune.core.reference import (
     settings_key,
 )
 from autotune.plan import Plan
+from autotune.runtime import buckets as bucketing
 from autotune.runtime.table import DispatchTable, compatibility_problems, load_table
 
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -97,19 +112,41 @@ class Route:
     key: tuple[Any, ...] | None
     plan: Plan | None
     reasons: tuple[str, ...]
+    # Where the plan comes from: "entry", "bucket batch .. x seq ..", "gate (...)", or ""
+    source: str = ""
+    # A shape outside every bucket with gate_unseen: the plan its first call will gate.
+    pending_gate: Plan | None = None
 
     def __str__(self) -> str:
         why = "" if not self.reasons else " (" + "; ".join(self.reasons) + ")"
-        return f"{self.target}{why}"
+        where = f" [{self.source}]" if self.source and self.plan is not None else ""
+        return f"{self.target}{where}{why}"
+
+
+def _config_at(config: TransformerConfig, key: tuple[Any, ...]) -> TransformerConfig:
+    """The model's config at a call's batch size and sequence length."""
+    return dataclasses.replace(config, batch_size=key[0], seq_len=key[1])
 
 
 class DispatchedTransformer(ReferenceTransformer):
     """Drop-in for the reference: same parameters, same forward, tuned plans inside."""
 
-    def __init__(self, config: TransformerConfig, table: Any = None) -> None:
+    def __init__(
+        self,
+        config: TransformerConfig,
+        table: Any = None,
+        *,
+        gate_unseen: bool = False,
+        gate_cache: str | Path | None = None,
+    ) -> None:
         super().__init__(config)
         self.table: DispatchTable | None = load_table(table) if table is not None else None
-        self._candidates: dict[tuple[Any, ...], CandidateTransformer] = {}
+        self.gate_unseen = gate_unseen
+        self.gate_cache = Path(gate_cache) if gate_cache is not None else None
+        # One-time gate verdicts per (case key, plan hash, device name): (passed, detail).
+        self._gated: dict[str, tuple[bool, str]] = self._read_gate_cache()
+        # Plans are shape-generic (graphs are captured per shape): one module per plan.
+        self._candidates: dict[str, CandidateTransformer] = {}
         self._devices: dict[torch.device, tuple[DeviceInfo, tuple[str, ...]]] = {}
         self._routes: dict[tuple[Any, ...], Route] = {}
         # The steady state: per call key (shapes, dtypes, device, grad mode, flags), the
@@ -182,10 +219,14 @@ class DispatchedTransformer(ReferenceTransformer):
         assert self.table is not None
         info, problems = self._device(device)
         reasons = [f"table refused: {p}" for p in problems]
+        config = _config_at(self.config, key)
         entry = self.table.entries.get(key)
         plan = None
+        source = "entry"
+        pending = None
         if entry is None:
-            reasons.append(f"no entry for case key {key}")
+            plan, source, more, pending = self._unseen(key, config, info)
+            reasons += more
         elif not entry.get("admitted"):
             reasons.append(
                 f"entry for {key} keeps the reference: "
@@ -194,15 +235,114 @@ class DispatchedTransformer(ReferenceTransformer):
         else:
             plan = Plan.from_dict(entry.get("plan", {}))
             reasons += [
-                f"plan unsupported here: {r}"
-                for r in not_supported_reasons(plan, self.config, info)
+                f"plan unsupported here: {r}" for r in not_supported_reasons(plan, config, info)
             ]
         if reasons or plan is None:
-            route = Route("reference", key, None, tuple(reasons))
+            route = Route("reference", key, None, tuple(reasons), pending_gate=pending)
         else:
-            route = Route(f"plan {plan.hash}: {plan.describe()}", key, plan, ())
+            route = Route(f"plan {plan.hash}: {plan.describe()}", key, plan, (), source)
         self._routes[(key, device)] = route
         return route
+
+    def _unseen(
+        self, key: tuple[Any, ...], config: TransformerConfig, info: DeviceInfo
+    ) -> tuple[Plan | None, str, list[str], Plan | None]:
+        """A shape without an entry: the bucket holding it, a gate verdict, or why not.
+        Returns (plan, source, reasons, the plan a first call would gate)."""
+        assert self.table is not None
+        reasons = [f"no entry for case key {key}"]
+        bucket = bucketing.find_bucket(self.table.buckets, key)
+        if bucket is not None:
+            plan = Plan.from_dict(bucket.get("plan", {}))
+            why = not_supported_reasons(plan, config, info)
+            if not why:
+                return plan, bucketing.span(bucket), [], None
+            reasons.append(f"{bucketing.span(bucket)}: its plan is unsupported here: {why[0]}")
+        else:
+            reasons.append(f"no bucket holds batch {key[0]} x seq {key[1]}")
+        if not self.gate_unseen:
+            near = bucketing.nearest_plans(self.table.entries, self.table.buckets, key)
+            if near:
+                reasons.append(
+                    "DispatchedTransformer(..., gate_unseen=True) would gate the nearest plan "
+                    f"(of {near[0][1]}) on first use"
+                )
+            return None, "", reasons, None
+        for plan_dict, where in bucketing.nearest_plans(
+            self.table.entries, self.table.buckets, key
+        ):
+            plan = Plan.from_dict(plan_dict)
+            if not_supported_reasons(plan, config, info) or (
+                info.type == "cuda" and plan.reads_mask_on_host
+            ):
+                continue
+            source = f"gate on first use (plan of {where})"
+            verdict = self._gated.get(self._gate_key(key, plan, info))
+            if verdict is None:
+                reasons.append(f"unseen shape: a one-time gate checks the plan of {where} first")
+                return None, source, reasons, plan
+            passed, detail = verdict
+            if passed:
+                return plan, f"{source}: passed, {detail}", [], None
+            reasons.append(f"one-time gate of the plan of {where} failed: {detail}")
+            return None, source, reasons, None
+        reasons.append("no plan of these dims is supported at this shape")
+        return None, "", reasons, None
+
+    # --- the one-time gate ----------------------------------------------------------
+    def _gate_key(self, key: tuple[Any, ...], plan: Plan, info: DeviceInfo) -> str:
+        assert self.table is not None
+        return json.dumps([self.table.content_hash[:16], list(key), plan.hash, info.name])
+
+    def _read_gate_cache(self) -> dict[str, tuple[bool, str]]:
+        if self.gate_cache is None or not self.gate_cache.is_file():
+            return {}
+        try:
+            raw = json.loads(self.gate_cache.read_text())
+            return {k: (bool(v[0]), str(v[1])) for k, v in raw.items()}
+        except (OSError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            warnings.warn(
+                f"gate cache {self.gate_cache} unreadable ({exc}); gating again", stacklevel=3
+            )
+            return {}
+
+    def _run_gate(self, route: Route, x: Tensor) -> None:
+        """Gate ``route.pending_gate`` at the call's shape; record and report the verdict."""
+        from autotune.core.files import write_atomic
+        from autotune.core.reference import ACCURACY_SEEDS, check_outputs, generate_random_case
+
+        assert route.key is not None and route.pending_gate is not None
+        plan, key = route.pending_gate, route.key
+        info, _ = self._device(x.device)
+        cand = self._candidate(key, plan, info)
+        config = _config_at(self.config, key)
+        worst = 0.0
+        verdict: tuple[bool, str] | None = None
+        try:
+            for padding in (0.0, 0.25):
+                for seed in ACCURACY_SEEDS:
+                    xs, ms = generate_random_case(config, x.device, x.dtype, seed, padding)
+                    report = check_outputs(cand(xs, ms), super().forward(xs, ms))
+                    worst = max(worst, report.budget_share)
+                    if not report.passed:
+                        pad = f", padding {padding}" if padding else ""
+                        verdict = (False, f"seed {seed}{pad}: {report.summary()}")
+                        break
+                if verdict is not None:
+                    break
+        except Exception as exc:  # a plan that cannot run here is not served
+            verdict = (False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+        if verdict is None:
+            verdict = (True, f"10 inputs (5 seeds, 5 padded), worst {worst:.3f} of the allowance")
+        self._gated[self._gate_key(key, plan, info)] = verdict
+        if self.gate_cache is not None:
+            write_atomic(self.gate_cache, json.dumps(self._gated, indent=1, sort_keys=True))
+        warnings.warn(
+            f"DispatchedTransformer: unseen shape {key}: one-time gate of plan {plan.hash} "
+            f"{'passed' if verdict[0] else 'FAILED (the reference serves)'}: {verdict[1]}",
+            stacklevel=5,
+        )
+        self._routes = {k: r for k, r in self._routes.items() if k[0] != key}
 
     def _warn_contract(self, route: Route, device: torch.device) -> None:
         """Once per model: a call with a tuned entry went to the reference for the contract."""
@@ -223,14 +363,14 @@ class DispatchedTransformer(ReferenceTransformer):
     def _candidate(
         self, key: tuple[Any, ...], plan: Plan, info: DeviceInfo
     ) -> CandidateTransformer:
-        cand = self._candidates.get(key)
+        cand = self._candidates.get(plan.hash)
         if cand is None:
-            cand = CandidateTransformer(self.config, plan, info)
+            cand = CandidateTransformer(_config_at(self.config, key), plan, info)
             # Share our modules: one set of weights, loaded once, seen by every plan.
             cand.layers = self.layers
             cand.final_norm = self.final_norm
             cand.eval()
-            self._candidates[key] = cand
+            self._candidates[plan.hash] = cand
         return cand
 
     def forward(self, x: Tensor, valid_token_mask: Tensor | None = None) -> Tensor:
@@ -249,6 +389,12 @@ class DispatchedTransformer(ReferenceTransformer):
     ) -> tuple[Route, CandidateTransformer | None]:
         """The first call of a call key: its route, the module that serves it, warnings."""
         route = self.explain(x, valid_token_mask)
+        if route.pending_gate is not None and route.plan is None:
+            # Only the missing verdict keeps the plan out: the first call gates it.
+            static = self._static_route(route.key, x.device)  # type: ignore[arg-type]
+            if set(route.reasons) == set(static.reasons):
+                self._run_gate(route, x)
+                route = self.explain(x, valid_token_mask)
         if route.plan is None:
             if (
                 self.table is not None
