@@ -208,6 +208,11 @@ class CandidateTransformer(ReferenceTransformer):
                 # overwrites: the caller gets its own copy.
                 self._core = lambda *args: self._owned(compiled(*args))
 
+    # Captured forwards kept per module (one per shape, mask kind and settings): a plan
+    # serving a bucket sees many shapes; past this many, the oldest capture is dropped
+    # (its memory pool with it) and captured again if its shape returns.
+    MAX_GRAPH_SHAPES = 16
+
     # False: outputs of a compile mode that captures graphs are handed out as Inductor
     # returns them (overwritten by the next call), as ``torch.compile(model)`` does.
     owns_output = True
@@ -332,6 +337,8 @@ class CandidateTransformer(ReferenceTransformer):
         key = (x.shape, x.dtype, x.device, kind, settings_key())
         graph = self._graphs.get(key)
         if graph is None:
+            if len(self._graphs) >= self.MAX_GRAPH_SHAPES:  # many shapes: the oldest goes
+                del self._graphs[next(iter(self._graphs))]
             graph = _CapturedForward(lambda xx, mm: self._chunked(xx, mm, kind, weights), x, mask)
             self._graphs[key] = graph
         _set(self, "last_route", f"graph mask={kind}")

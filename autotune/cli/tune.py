@@ -109,6 +109,15 @@ def cmd_study(args: argparse.Namespace) -> int:
     )
     chosen = selection(args)
     cases = select_cases(args.cases or ("smoke" if chosen.profile.name == "cpu" else "1-13"))
+    if args.shapes:
+        from autotune.core.cases import shape_grid
+
+        if not args.cases:
+            raise ValueError(
+                "--shapes needs --cases: the case(s) whose d_model, heads, FFN and layers "
+                "the grid keeps, e.g. --cases 2 --shapes '1-128/4 x 32-1024/4'"
+            )
+        cases = shape_grid(args.shapes, cases)
     spaces = available_spaces(args.space)
     storage = open_storage(args.storage, args.heartbeat, must_exist=False)
     plan = [(c, select_space(chosen.profile.name, c, spaces)) for c in cases]
@@ -202,6 +211,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--cases",
         help="case spec: 1-13, all, smoke, ID,ID, or custom shapes "
         "(default: smoke on cpu, 1-13 on a GPU)",
+    )
+    p.add_argument(
+        "--shapes",
+        metavar="BATCHES x SEQS",
+        help="a grid of batch sizes x sequence lengths around each --cases case's other dims, "
+        "one study per shape (e.g. '1-128/4 x 32-1024/4': ranges step by the factor after "
+        "/, 4 by default; or lists '1,8,64 x 32,256'); what buckets draw their evidence from",
     )
     p.add_argument(
         "--n-trials",

@@ -240,3 +240,60 @@ def select_cases(spec: str) -> list[Case]:
     if not out:
         raise ValueError(f"case spec {spec!r} selects no case; try 'smoke', '1-13' or 'all'")
     return out
+
+
+def _axis_values(token: str, name: str) -> list[int]:
+    """``1,8,32`` or ``LO-HI`` (powers of 4 from LO, then HI) or ``LO-HI/F`` (factor F)."""
+    values: set[int] = set()
+    for part in (p.strip() for p in token.split(",")):
+        m = re.fullmatch(r"(\d+)(?:-(\d+)(?:/(\d+))?)?", part)
+        if not m or int(m.group(1)) < 1:
+            raise ValueError(
+                f"cannot read {name} {part!r} in --shapes: write numbers >= 1, ranges LO-HI "
+                "(powers of 4 from LO, and HI) or LO-HI/F (factor F), e.g. '1-128/4 x 32-1024'"
+            )
+        lo = int(m.group(1))
+        if m.group(2) is None:
+            values.add(lo)
+            continue
+        hi, factor = int(m.group(2)), int(m.group(3) or 4)
+        if hi < lo or factor < 2:
+            raise ValueError(
+                f"bad {name} range {part!r} in --shapes: LO-HI needs LO <= HI and a factor "
+                ">= 2, e.g. '1-128/4'"
+            )
+        v = lo
+        while v < hi:
+            values.add(v)
+            v *= factor
+        values.add(hi)
+    return sorted(values)
+
+
+def shape_grid(spec: str, bases: list[Case]) -> list[Case]:
+    """Cases on a grid of batch sizes x sequence lengths around each base case's other
+    dims (``autotune study --shapes '1-128/4 x 32-1024/4' --cases 2``). A grid shape that
+    is a registered case is that case (its study is shared)."""
+    parts = re.split(r"\s*[xX]\s*", spec.strip())
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(
+            f"cannot read --shapes {spec!r}: write BATCHES x SEQS, e.g. '1-128/4 x 32-1024/4' "
+            "or '1,8,64 x 32,256'"
+        )
+    batches = _axis_values(parts[0], "batch size")
+    seqs = _axis_values(parts[1], "sequence length")
+    by_key = {c.key: c for c in _REGISTRY.values()}
+    out: list[Case] = []
+    for base in bases:
+        c = base.config
+        for b in batches:
+            for s in seqs:
+                config = dataclasses.replace(c, batch_size=b, seq_len=s)
+                key = CaseKey.from_config(config, base.dtype)
+                case = by_key.get(key) or parse_custom(
+                    f"{b},{s},{c.d_model},{c.num_heads},{c.ffn_dim},{c.num_layers},"
+                    + ("causal" if c.causal else "noncausal")
+                )
+                if case not in out:
+                    out.append(case)
+    return out
