@@ -160,6 +160,49 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _span(text: str, name: str) -> tuple[int, int]:
+    lo, sep, hi = text.partition("-")
+    if not (lo.isdigit() and hi.isdigit()) or not sep or not 1 <= int(lo) <= int(hi):
+        raise ValueError(f"--{name} {text!r}: write LO-HI with 1 <= LO <= HI, e.g. 1-128")
+    return int(lo), int(hi)
+
+
+def cmd_unseen(args: argparse.Namespace) -> int:
+    from autotune.core.cases import get_case
+    from autotune.tools.unseen import draw_shapes, run_unseen, summary
+
+    chosen = selection(args)
+    base = get_case(args.case)
+    batch, seq = _span(args.batch, "batch"), _span(args.seq, "seq")
+    if args.list:
+        from autotune.runtime import load_table
+
+        table = load_table(args.table)
+        shapes = draw_shapes(base, args.count, batch, seq, args.seed, set(table.entries))
+        c = base.config
+        kind = "causal" if c.causal else "noncausal"
+        print(";".join(f"{b},{s},{c.d_model},{c.num_heads},{c.ffn_dim},{c.num_layers},{kind}"
+                       for b, s in shapes))  # fmt: skip
+        return 0
+    rows = run_unseen(
+        args.table,
+        base,
+        chosen.profile.name,
+        chosen.emulated,
+        count=args.count,
+        batch=batch,
+        seq=seq,
+        seed=args.seed,
+        csv_path=Path(args.csv) if args.csv else None,
+        storage_url=args.storage if args.tuned else None,
+        isolate=not args.in_process,
+        emit=lambda line: print(line, flush=True),
+    )
+    print(summary(rows))
+    wrong = sum(int(r.get("failed_elements") or 0) for r in rows)
+    return 1 if wrong or any(r.get("served") == "error" for r in rows) else 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser("bench", help="official protocol: reference vs a table's dispatcher")
     p.add_argument("--table", required=True)
@@ -265,3 +308,28 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--table", help="table whose winners to mark (default tables/PROFILE.py)")
     p.add_argument("--out", help="PNG path (default docs/results/PROFILE/pareto.png)")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser(
+        "unseen",
+        help="how a table serves shapes it has no entry for (buckets, gate, reference)",
+        description="Random shapes around a case's dims, none in the table: the dispatcher "
+        "against the reference (10 inputs, failed elements), timed, sync-checked; with "
+        "--tuned, against the best plan of each shape's own study in --storage.",
+    )
+    add_gpu(p)
+    p.add_argument("--table", required=True)
+    p.add_argument("--case", default="2", help="the case whose other dims the shapes keep")
+    p.add_argument("--count", type=int, default=30)
+    p.add_argument("--batch", default="1-128", help="batch range LO-HI (log-uniform)")
+    p.add_argument("--seq", default="32-1024", help="sequence-length range LO-HI (log-uniform)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--csv", help="append a row per shape; a rerun skips the shapes it holds")
+    p.add_argument(
+        "--tuned",
+        action="store_true",
+        help="time each shape's own tuned plan too, where --storage has a study of it",
+    )
+    add_storage(p)
+    p.add_argument("--list", action="store_true", help="print the shapes as a --cases spec")
+    p.add_argument("--in-process", action="store_true", help="no child process per shape")
+    p.set_defaults(func=cmd_unseen)

@@ -209,7 +209,9 @@ class DispatchedTransformer(ReferenceTransformer):
         reasons += contract_problems()
         if not reasons:
             return static
-        return Route("reference", key, None, tuple(reasons))
+        # Only the missing gate verdict keeps the plan out: the first call gates it.
+        pending = static.pending_gate if reasons == list(static.reasons) else None
+        return Route("reference", key, None, tuple(reasons), pending_gate=pending)
 
     def _static_route(self, key: tuple[Any, ...], device: torch.device) -> Route:
         """What depends only on the case key and the device, worked out once."""
@@ -389,12 +391,9 @@ class DispatchedTransformer(ReferenceTransformer):
     ) -> tuple[Route, CandidateTransformer | None]:
         """The first call of a call key: its route, the module that serves it, warnings."""
         route = self.explain(x, valid_token_mask)
-        if route.pending_gate is not None and route.plan is None:
-            # Only the missing verdict keeps the plan out: the first call gates it.
-            static = self._static_route(route.key, x.device)  # type: ignore[arg-type]
-            if set(route.reasons) == set(static.reasons):
-                self._run_gate(route, x)
-                route = self.explain(x, valid_token_mask)
+        if route.pending_gate is not None:
+            self._run_gate(route, x)
+            route = self.explain(x, valid_token_mask)
         if route.plan is None:
             if (
                 self.table is not None

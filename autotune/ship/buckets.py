@@ -5,7 +5,9 @@ Per group of entries with the same d_model, heads, FFN, layers, causality and dt
 
 1. The tuned batch sizes and sequence lengths cut each axis into cells, one per tuned
    value, the boundaries at the geometric midpoints between neighbours; the outer edges
-   are the smallest and largest tuned values (no extrapolation past the tuned grid).
+   are the smallest and largest tuned values (no extrapolation past the tuned grid). A
+   plan's longest supported sequence also cuts a cell (the fused heads layer stops at
+   S = 256), so the plan keeps the part where it runs.
 2. Each cell takes the plans of the group's entries, nearest tuned shape first
    (``runtime.buckets.shape_distance``), keeping those whose support rules hold at the
    cell's corners and that never read the mask on the host.
@@ -25,6 +27,7 @@ the dense reference would need more than a quarter of the device's memory are le
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -69,16 +72,47 @@ def config_at(dims: tuple[Any, ...], batch: int, seq: int) -> TransformerConfig:
     return TransformerConfig(batch, seq, d_model, heads, ffn, layers, causal=bool(causal))
 
 
-def axis_cells(values: list[int]) -> list[tuple[int, int, int]]:
+def axis_cells(values: list[int], cuts: tuple[int, ...] = ()) -> list[tuple[int, int, int]]:
     """(lo, hi, value) per tuned value: boundaries at geometric midpoints, outer edges at
-    the smallest and largest value."""
+    the smallest and largest value. A cut ``c`` inside a cell splits it into ``[lo, c]``
+    and ``[c + 1, hi]``; each part's value is the tuned value clamped into it."""
     values = sorted(set(values))
     cells = []
     for i, v in enumerate(values):
         lo = v if i == 0 else math.floor(math.sqrt(values[i - 1] * v)) + 1
         hi = v if i == len(values) - 1 else math.floor(math.sqrt(v * values[i + 1]))
-        cells.append((lo, hi, v))
+        edges = [lo] + [c + 1 for c in sorted(set(cuts)) if lo <= c < hi] + [hi + 1]
+        for a, b in itertools.pairwise(edges):
+            cells.append((a, b - 1, min(max(v, a), b - 1)))
     return cells
+
+
+def support_limits(
+    plans: list[Plan],
+    dims: tuple[Any, ...],
+    batch: int,
+    seq: tuple[int, int],
+    device: DeviceInfo,
+    reasons: Callable[[Plan, TransformerConfig, DeviceInfo], list[str]],
+) -> tuple[int, ...]:
+    """The longest sequence each plan supports, where that falls inside ``seq`` (a plan
+    limited to S <= 256 cuts a cell at 256 rather than losing the whole cell)."""
+    cuts = set()
+    lo, hi = seq
+    for plan in plans:
+        if reasons(plan, config_at(dims, batch, lo), device):
+            continue
+        if not reasons(plan, config_at(dims, batch, hi), device):
+            continue
+        a, b = lo, hi  # supported at a, not at b: bisect
+        while b - a > 1:
+            mid = (a + b) // 2
+            if reasons(plan, config_at(dims, batch, mid), device):
+                b = mid
+            else:
+                a = mid
+        cuts.add(a)
+    return tuple(sorted(cuts))
 
 
 def _fits(dims: tuple[Any, ...], batch: int, seq: int, device: DeviceInfo) -> bool:
@@ -109,7 +143,11 @@ def draft_buckets(
         if dims[5] != "float32":
             continue
         bcells = axis_cells([b for b, _ in tuned])
-        scells = axis_cells([s for _, s in tuned])
+        seqs = [s for _, s in tuned]
+        plans = list({plan: None for plan, _ in tuned.values()})
+        cuts = support_limits(plans, dims, min(b for b, _ in tuned), (min(seqs), max(seqs)),
+                              device, reasons)  # fmt: skip
+        scells = axis_cells(seqs, cuts)
         cells: dict[tuple[int, int], tuple[int, int, int, int, list[tuple[Plan, str]]]] = {}
         for i, (blo, bhi, bv) in enumerate(bcells):
             for j, (slo, shi, sv) in enumerate(scells):

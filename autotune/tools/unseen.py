@@ -1,0 +1,299 @@
+"""``autotune unseen``: how a table serves shapes it has no entry for.
+
+Random shapes (batch and sequence length log-uniform in the given ranges, the other dims
+of a case; none of them a key of the table) are each run in a process of their own: the
+table's dispatcher (``DispatchedTransformer``: an entry, a bucket, or the reference)
+against the reference on 5 seeds + 5 padded seeds (every failed element counted), then
+timed interleaved with the reference; on CUDA its steady calls run under
+``torch.cuda.set_sync_debug_mode("error")``. Where a study of that exact shape exists in
+``--storage``, its best plan is timed in the same run: how close the bucket comes to a
+plan tuned for the shape. One CSV row per shape, appended as it ends (a rerun skips the
+shapes the CSV holds), and a summary line.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import random
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autotune.core.cases import Case, CaseKey
+
+COLUMNS = (
+    "batch",
+    "seq",
+    "route",
+    "source",
+    "served",
+    "failed_elements",
+    "worst_share",
+    "ref_ms",
+    "table_ms",
+    "speedup",
+    "noise",
+    "tuned_ms",
+    "tuned_speedup",
+    "vs_tuned",
+    "tuned_plan",
+    "sync_free",
+    "table_hash",
+)
+UNSEEN_TIMING = dict(warmup=5, rounds=3, reps=30, max_round_seconds=0.5, cuda_turn=4)
+
+
+def draw_shapes(
+    base: Case,
+    count: int,
+    batch: tuple[int, int],
+    seq: tuple[int, int],
+    seed: int,
+    exclude: set[tuple[Any, ...]],
+) -> list[tuple[int, int]]:
+    """``count`` distinct (batch, seq), log-uniform in the ranges, none a key in ``exclude``."""
+    rng = random.Random(seed)
+    dims = CaseKey.from_config(base.config, base.dtype).as_tuple()[2:]
+    out: list[tuple[int, int]] = []
+    for _ in range(count * 200):
+        if len(out) == count:
+            break
+        b = round(math.exp(rng.uniform(math.log(batch[0]), math.log(batch[1]))))
+        s = round(math.exp(rng.uniform(math.log(seq[0]), math.log(seq[1]))))
+        if (b, s) not in out and (b, s, *dims) not in exclude:
+            out.append((b, s))
+    if len(out) < count:
+        raise ValueError(
+            f"only {len(out)} shapes in batch {batch[0]}-{batch[1]} x seq {seq[0]}-{seq[1]} are "
+            f"not in the table; ask for fewer (--count) or widen the ranges"
+        )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeJob:
+    table: str
+    profile: str
+    emulated: bool
+    key: tuple[Any, ...]
+    tuned_plan: dict[str, Any] | None
+    tuned_from: str
+
+
+def measure_shape(job: ShapeJob) -> dict[str, Any]:
+    """One shape: the dispatcher's route, correctness on 10 inputs, timing (and the tuned
+    plan's, if given), and whether its steady calls synchronise."""
+    import torch
+
+    from autotune.build import build_candidate
+    from autotune.core.cases import classify_regime
+    from autotune.core.profiles import select_profile
+    from autotune.core.reference import ACCURACY_SEEDS, check_outputs, generate_random_case
+    from autotune.judge.gate import CaseBench
+    from autotune.measure import TimingSettings, measure_interleaved, paired_stats
+    from autotune.plan import Plan
+    from autotune.runtime import DispatchedTransformer, serving
+    from autotune.ship.buckets import config_at
+
+    selection = select_profile(job.profile, emulate=job.emulated)
+    device = selection.effective_device()
+    b, s = job.key[0], job.key[1]
+    config = config_at(tuple(job.key[2:]), b, s)
+    bench = CaseBench(Case(f"unseen-{b}x{s}", config, classify_regime(config)), device)
+    where = device.torch_device
+    model = DispatchedTransformer(config, table=job.table)
+    model.load_state_dict(bench.state_dict)
+    model = model.to(where).eval()
+    cuda = where.type == "cuda"
+    failed = 0
+    worst = 0.0
+    with serving():
+        x, mask = bench.timing_inputs()
+        route = model.explain(x, mask)
+        for padding in (0.0, 0.25):
+            for seed in ACCURACY_SEEDS:
+                xs, ms = generate_random_case(config, where, torch.float32, seed, padding)
+                report = check_outputs(model(xs, ms), bench.reference(xs, ms))
+                failed += report.n_failed + report.n_nonfinite
+                worst = max(worst, report.budget_share)
+        fns: list[Callable[[], Any]] = [lambda: bench.reference(x, mask), lambda: model(x, mask)]
+        tuned = None
+        if job.tuned_plan is not None:
+            plan = Plan.from_dict(job.tuned_plan)
+            tuned = build_candidate(plan, config, device, bench.state_dict)
+            fns.append(lambda: tuned(x, mask))
+        reps, medians = measure_interleaved(fns, TimingSettings(**UNSEEN_TIMING), cuda=cuda)
+        sync_free = ""
+        if cuda:
+            model(x, mask)
+            torch.cuda.synchronize()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                for _ in range(3):
+                    model(x, mask)
+                sync_free = "yes"
+            except RuntimeError:
+                sync_free = "no"
+            finally:
+                torch.cuda.set_sync_debug_mode(0)
+            torch.cuda.synchronize()
+    stats = paired_stats(medians[0], medians[1], reps, cuda)
+    row: dict[str, Any] = {
+        "batch": b,
+        "seq": s,
+        "route": route.target,
+        "source": route.source if route.plan is not None else "; ".join(route.reasons)[:200],
+        "served": "yes" if route.plan is not None else "no",
+        "failed_elements": failed,
+        "worst_share": round(worst, 4),
+        "ref_ms": round(stats.ref_median_ms, 5),
+        "table_ms": round(stats.cand_median_ms, 5),
+        "speedup": round(stats.speedup, 3),
+        "noise": round(stats.noise, 4),
+        "tuned_ms": "",
+        "tuned_speedup": "",
+        "vs_tuned": "",
+        "tuned_plan": "",
+        "sync_free": sync_free,
+        "table_hash": model.table.content_hash if model.table else "",
+    }
+    if tuned is not None:
+        t = medians[2][0]
+        row |= {
+            "tuned_ms": round(t, 5),
+            "tuned_speedup": round(stats.ref_median_ms / t, 3),
+            "vs_tuned": round(t / stats.cand_median_ms, 3),
+            "tuned_plan": f"{job.tuned_from}: {Plan.from_dict(job.tuned_plan).describe()}",
+        }
+    return row
+
+
+def tuned_plans(storage_url: str | None, profile: str) -> dict[tuple[Any, ...], tuple[dict, str]]:
+    """Per case key, the fastest feasible plan of that shape's study in the storage."""
+    if not storage_url:
+        return {}
+    from autotune.search import trials
+
+    storage = trials.open_storage(storage_url, heartbeat_interval=None, grace_period=None)
+    out = {}
+    for study in trials.studies_by_case(storage, profile, lambda st: True).values():
+        best = trials.feasible_by_latency(study.get_trials(deepcopy=False))
+        plan = trials.trial_plan(best[0]) if best else None
+        if plan is not None:
+            out[trials.case_of(study).key.as_tuple()] = (
+                plan.to_dict(full=False),
+                f"study {study.study_name} trial {best[0].number}",
+            )
+    return out
+
+
+def done_shapes(path: Path, table_hash: str) -> set[tuple[int, int]]:
+    if not path.is_file():
+        return set()
+    with path.open(newline="") as fh:
+        return {
+            (int(r["batch"]), int(r["seq"]))
+            for r in csv.DictReader(fh)
+            if r.get("table_hash") == table_hash
+        }
+
+
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    import os
+
+    new = not path.is_file() or path.stat().st_size == 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerow({k: row.get(k, "") for k in COLUMNS})
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """The summary line: share served by a tuned plan, speedups, against tuned plans,
+    failed elements, sync-free calls."""
+    n = len(rows)
+    if not n:
+        return "no shapes measured"
+    served = [r for r in rows if str(r["served"]) == "yes"]
+    speedups = sorted(float(r["speedup"]) for r in served)
+    vs = [float(r["vs_tuned"]) for r in rows if str(r.get("vs_tuned", "")) not in ("", "None")]
+    failed = sum(int(r["failed_elements"]) for r in rows)
+    syncs = [r for r in served if str(r.get("sync_free")) == "no"]
+    gm = math.exp(sum(math.log(v) for v in speedups) / len(speedups)) if speedups else 0.0
+    parts = [
+        f"{len(served)} of {n} unseen shapes ({100 * len(served) / n:.0f}%) served by a tuned plan",
+        f"speedup over the reference: geometric mean {gm:.2f}x, min {speedups[0]:.2f}x"
+        if speedups
+        else "no speedups",
+        f"{failed} failed elements",
+    ]
+    if vs:
+        parts.append(
+            f"against a plan tuned for the exact shape ({len(vs)} shapes): median "
+            f"{statistics.median(vs):.2f}x its speed (min {min(vs):.2f}x)"
+        )
+    parts.append(f"{len(syncs)} served shapes synchronise per call" if syncs else "sync-free")
+    return "; ".join(parts)
+
+
+def run_unseen(
+    table_path: str,
+    base: Case,
+    profile: str,
+    emulated: bool,
+    *,
+    count: int,
+    batch: tuple[int, int],
+    seq: tuple[int, int],
+    seed: int,
+    csv_path: Path | None,
+    storage_url: str | None,
+    isolate: bool = True,
+    emit: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Measure ``count`` unseen shapes (resuming from ``csv_path``); returns every row of
+    this table (the CSV's earlier ones included)."""
+    from autotune.core.isolate import call_isolated
+    from autotune.runtime import load_table
+
+    table = load_table(table_path)
+    dims = CaseKey.from_config(base.config, base.dtype).as_tuple()[2:]
+    shapes = draw_shapes(base, count, batch, seq, seed, set(table.entries))
+    tuned = tuned_plans(storage_url, profile)
+    done = done_shapes(csv_path, table.content_hash) if csv_path else set()
+    rows: list[dict[str, Any]] = []
+    if csv_path is not None and csv_path.is_file():
+        with csv_path.open(newline="") as fh:
+            rows = [
+                r
+                for r in csv.DictReader(fh)
+                if r.get("table_hash") == table.content_hash
+                and (int(r["batch"]), int(r["seq"])) in shapes
+            ]
+    emit(f"{len(shapes)} unseen shapes of {base.id}'s dims; {len(done)} already in the CSV")
+    for b, s in shapes:
+        if (b, s) in done:
+            continue
+        key = (b, s, *dims)
+        plan, origin = tuned.get(key, (None, ""))
+        job = ShapeJob(table_path, profile, emulated, key, plan, origin)
+        row, problem = call_isolated(measure_shape, job) if isolate else (measure_shape(job), "")
+        if row is None:
+            row = {"batch": b, "seq": s, "route": f"error: {problem}", "served": "error",
+                   "failed_elements": 0, "table_hash": table.content_hash}  # fmt: skip
+        emit(
+            f"batch {b:>4} seq {s:>5}: {row.get('route', '')[:60]:<60} "
+            f"{row.get('speedup', '')}x failed {row.get('failed_elements', '')}"
+            + (f" vs tuned {row['vs_tuned']}x" if row.get("vs_tuned") not in (None, "") else "")
+        )
+        if csv_path is not None:
+            append_row(csv_path, row)
+        rows.append(row)
+    return rows

@@ -1,0 +1,287 @@
+"""Buckets: drafting regimes of batch and sequence length from a table's entries,
+verifying them, writing them (schema 2), and serving unseen shapes from them or from a
+one-time gate, never from an unverified plan."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from autotune.core.cases import select_cases, shape_grid
+from autotune.core.device import DeviceInfo, detect_device, software_versions
+from autotune.core.outcome import Outcome, OutcomeKind, TimingStats
+from autotune.core.reference import build_reference, check_outputs, generate_random_case
+from autotune.plan import Plan
+from autotune.runtime import DispatchedTransformer, load_table, serving
+from autotune.runtime.buckets import find_bucket, nearest_plans, shape_distance
+from autotune.ship.buckets import Draft, VerifyJob, axis_cells, draft_buckets, verify_draft
+from autotune.ship.export import write_entries
+
+DIMS = (32, 2, 64, 2, True, "float32")  # smoke-1's dims
+CPU = detect_device("cpu")
+HEADS = {"attention": "sdpa_math", "qkv": "packed"}  # stands for a short-sequence plan
+ROWS = {"attention": "sdpa_math", "qkv": "separate"}  # and one for any length
+PROVENANCE = {
+    "command": "test",
+    "commit": "test",
+    "device": {"capability": None, "name": "cpu", "type": "cpu"},
+    "emulated": False,
+    "versions": software_versions(),
+}
+
+
+def _entry(case: str, plan: dict) -> dict:
+    return {"admitted": True, "case": case, "plan": plan, "plan_hash": "x", "evidence": {}}
+
+
+def _short_only(plan: Plan, config, device: DeviceInfo) -> list[str]:
+    """Support rule of the test: the 'heads' plan runs only up to S = 256."""
+    return ["S > 256"] if plan.qkv == "packed" and config.seq_len > 256 else []
+
+
+ENTRIES = {
+    (1, 128, *DIMS): _entry("a", HEADS),
+    (4, 128, *DIMS): _entry("b", HEADS),
+    (64, 128, *DIMS): _entry("c", HEADS),
+    (64, 32, *DIMS): _entry("d", HEADS),
+    (64, 1024, *DIMS): _entry("e", ROWS),
+    (8, 8, 16, 2, 16, 1, True, "float32"): _entry("lonely", HEADS),  # one shape: no bucket
+}
+
+
+def test_axis_cells_split_at_geometric_midpoints_within_the_tuned_values() -> None:
+    assert axis_cells([64, 1, 4]) == [(1, 2, 1), (3, 16, 4), (17, 64, 64)]
+    assert axis_cells([32, 128, 1024]) == [(32, 64, 32), (65, 362, 128), (363, 1024, 1024)]
+    assert axis_cells([7]) == [(7, 7, 7)]
+
+
+def test_drafts_cover_the_tuned_grid_with_supported_plans_nearest_first() -> None:
+    drafts = draft_buckets(ENTRIES, CPU, reasons=_short_only)
+    assert all(d.dims == DIMS for d in drafts)  # the one-shape group has none
+    seqs = (32, 64, 65, 256, 257, 362, 363, 1024)
+    covered = {}
+    for d in drafts:
+        for b in range(d.batch[0], d.batch[1] + 1):
+            for s in seqs:
+                if d.seq[0] <= s <= d.seq[1]:
+                    assert (b, s) not in covered, "buckets overlap"
+                    covered[(b, s)] = d
+    assert {(b, s) for b in range(1, 65) for s in seqs} == set(covered)
+    # A plan goes only where it runs at every corner: the short-only plan's limit (256)
+    # cuts the cell of seq 65-362, so it keeps 65-256; longer sequences take the other.
+    for (_, s), d in covered.items():
+        if s > 256:
+            assert all(p.qkv == "separate" for p, _ in d.plans)
+    short, long = covered[(1, 32)], covered[(1, 1024)]
+    assert short.plans[0][0].qkv == "packed" and short.plans[1][0].qkv == "separate"
+    assert (short.batch, short.seq) == ((1, 64), (32, 256))
+    assert (long.batch, long.seq) == ((1, 64), (257, 1024)) and len(drafts) == 2
+    assert short.points() == [(1, 32), (1, 256), (64, 32), (64, 256), (8, 91)]
+
+
+def test_support_limits_cut_cells_where_a_plan_stops() -> None:
+    assert axis_cells([32, 128, 1024], cuts=(256,)) == [
+        (32, 64, 32),
+        (65, 256, 128),
+        (257, 362, 257),
+        (363, 1024, 1024),
+    ]
+
+
+def _outcome(passed: bool = True, speedup: float = 3.0) -> Outcome:
+    timing = TimingStats(
+        ref_median_ms=3.0,
+        cand_median_ms=3.0 / speedup,
+        speedup=speedup,
+        noise=0.05,
+        rounds=3,
+        reps=30,
+        clock="test",
+    )
+    kind = OutcomeKind.PASSED if passed else OutcomeKind.WRONG_RESULT
+    return Outcome(
+        kind, "" if passed else "2 elements over budget", timing=timing if passed else None
+    )
+
+
+def test_verify_takes_the_first_plan_that_passes_and_wins_at_every_point(monkeypatch) -> None:
+    draft = Draft(
+        DIMS,
+        (1, 4),
+        (16, 32),
+        ((Plan.from_dict(HEADS), "case a"), (Plan.from_dict(ROWS), "case e")),
+    )
+    calls = []
+
+    def fake(bench, plan, **kw):
+        calls.append((plan.qkv, bench.config.batch_size, bench.config.seq_len))
+        if plan.qkv == "packed" and bench.config.seq_len == 32 and bench.config.batch_size == 4:
+            return _outcome(passed=False)
+        return _outcome()
+
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", fake)
+    bucket, notes = verify_draft(VerifyJob(draft, "cpu", False))
+    assert bucket is not None and bucket["plan"] == Plan.from_dict(ROWS).to_dict(full=False)
+    assert [(p["batch"], p["seq"]) for p in bucket["evidence"]["points"]] == draft.points()
+    assert len(notes) == 1 and "at batch 4 seq 32" in notes[0] and "case a" in notes[0]
+    assert ("packed", 4, 32) in calls and calls[-1][0] == "separate"
+
+
+def test_verify_refuses_a_plan_that_does_not_beat_the_reference_beyond_noise(monkeypatch) -> None:
+    draft = Draft(DIMS, (1, 4), (16, 32), ((Plan.from_dict(HEADS), "case a"),))
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: _outcome(speedup=1.02))
+    bucket, notes = verify_draft(VerifyJob(draft, "cpu", False))
+    assert bucket is None and "does not beat the reference" in notes[0]
+
+
+def _bucket(plan: dict, batch=(1, 8), seq=(8, 32)) -> dict:
+    return {
+        "dims": list(DIMS),
+        "batch": list(batch),
+        "seq": list(seq),
+        "plan": plan,
+        "plan_hash": Plan.from_dict(plan).hash,
+        "from": "case a",
+        "evidence": {"points": [{"batch": 1, "seq": 8}], "failed_elements": 0},
+    }
+
+
+def _table(
+    tmp_path: Path, buckets: list[dict], entries: dict | None = None, profile: str = "cpu"
+) -> Path:
+    path = tmp_path / f"{profile}.py"
+    write_entries(path, profile, PROVENANCE, entries if entries is not None else {}, buckets)
+    return path
+
+
+def test_schema_2_tables_round_trip_and_an_edited_bucket_fails_the_hash(tmp_path) -> None:
+    path = _table(tmp_path, [_bucket(HEADS)])
+    table = load_table(path)
+    assert table.usable and table.schema == 2 and len(table.buckets) == 1
+    path.write_text(path.read_text().replace("'batch': [1, 8]", "'batch': [1, 9]"))
+    assert any("content hash mismatch" in p for p in load_table(path).problems)
+    # Schema-1 tables (no BUCKETS) still load and verify.
+    assert load_table(Path("tables/h200.py")).problems == ()
+
+
+def test_an_unseen_shape_inside_a_bucket_is_served_by_its_plan(tmp_path) -> None:
+    path = _table(tmp_path, [_bucket(HEADS)])
+    config = select_cases("smoke-1")[0].config
+    ref = build_reference(config, "cpu")
+    model = DispatchedTransformer(config, table=path)
+    model.load_state_dict(ref.state_dict())
+    x, mask = generate_random_case(
+        shape_grid("5 x 24", select_cases("smoke-1"))[0].config, "cpu", seed=3, padding_ratio=0.3
+    )
+    with serving():
+        route = model.explain(x, mask)
+        assert route.plan == Plan.from_dict(HEADS) and "bucket batch 1-8 x seq 8-32" in str(route)
+        assert check_outputs(model(x, mask), ref(x, mask)).passed
+        outside = torch.zeros(9, 24, 32)
+        route = model.explain(outside, None)
+        assert route.plan is None and "no bucket holds batch 9 x seq 24" in str(route)
+        assert "gate_unseen=True) would gate the nearest plan" in str(route)
+
+
+def test_a_bucket_plan_unsupported_at_the_shape_is_not_served(tmp_path) -> None:
+    plan = {
+        "attention": "triton",
+        "fused_layer": "heads",
+        "attn_precision": "fp16",
+        "gemm_precision": "fp16",
+    }
+    path = _table(tmp_path, [_bucket(plan, seq=(8, 512))])
+    model = DispatchedTransformer(select_cases("smoke-1")[0].config, table=path)
+    with serving():
+        route = model.explain(torch.zeros(2, 300, 32), None)
+    assert route.plan is None and "its plan is unsupported here" in str(route)
+
+
+def test_the_one_time_gate_serves_a_passing_plan_reports_it_and_caches_it(tmp_path) -> None:
+    path = _table(tmp_path, [_bucket(HEADS)])
+    cache = tmp_path / "gates.json"
+    config = select_cases("smoke-1")[0].config
+    ref = build_reference(config, "cpu")
+    x, mask = generate_random_case(
+        shape_grid("12 x 40", select_cases("smoke-1"))[0].config, "cpu", seed=5, padding_ratio=0.3
+    )
+
+    def fresh() -> DispatchedTransformer:
+        m = DispatchedTransformer(config, table=path, gate_unseen=True, gate_cache=cache)
+        m.load_state_dict(ref.state_dict())
+        return m
+
+    model = fresh()
+    with serving():
+        assert "a one-time gate checks the plan of bucket batch 1-8" in str(model.explain(x, mask))
+        with pytest.warns(UserWarning, match=r"one-time gate of plan \w+ passed"):
+            y = model(x, mask)
+        assert check_outputs(y, ref(x, mask)).passed
+        assert model.last_route.plan == Plan.from_dict(HEADS)
+        assert "gate on first use" in str(model.last_route) and "passed" in str(model.last_route)
+        [(_key, (passed, detail))] = json.loads(cache.read_text()).items()
+        assert passed and "5 padded" in detail
+        again = fresh()  # another process: the verdict comes from the cache, no gate runs
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            again(x, mask)
+        assert again.last_route.plan == Plan.from_dict(HEADS)
+
+
+def test_a_plan_failing_the_gate_is_never_served(tmp_path, monkeypatch) -> None:
+    path = _table(tmp_path, [_bucket(HEADS)])
+    config = select_cases("smoke-1")[0].config
+    model = DispatchedTransformer(config, table=path, gate_unseen=True)
+    monkeypatch.setattr(
+        "autotune.build.CandidateTransformer.forward", lambda self, x, m=None: torch.zeros_like(x)
+    )
+    x, mask = generate_random_case(
+        shape_grid("12 x 40", select_cases("smoke-1"))[0].config, "cpu", seed=5
+    )
+    with serving():
+        with pytest.warns(UserWarning, match="FAILED"):
+            y = model(x, mask)
+        assert model.last_route.plan is None
+        assert "one-time gate of the plan of bucket" in str(model.last_route)
+        assert check_outputs(y, DispatchedTransformer.__mro__[1].forward(model, x, mask)).passed
+
+
+def test_nearest_plans_order_buckets_and_entries_by_distance() -> None:
+    entries = {(64, 128, *DIMS): _entry("c", ROWS)}
+    near = nearest_plans(entries, [_bucket(HEADS)], (10, 40, *DIMS))
+    assert [where for _, where in near] == ["bucket batch 1-8 x seq 8-32", "case c"]
+    assert shape_distance((48, 128), (64, 128)) < shape_distance((48, 128), (48, 256))
+    assert find_bucket([_bucket(HEADS)], (9, 8, *DIMS)) is None
+
+
+def test_export_and_buckets_commands_check_their_input(tmp_path, capsys) -> None:
+    from autotune.cli.main import main
+
+    path = _table(tmp_path, [], profile="h200")
+    assert main(["buckets", "--table", str(path), "--gpu", "cpu"]) == 2
+    assert "is a table for profile 'h200', not 'cpu'; pass --gpu h200" in capsys.readouterr().err
+    assert main(["buckets", "--table", str(tmp_path / "none.py"), "--gpu", "cpu"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["study", "--gpu", "cpu", "--cases", "2", "--shapes", "0-4 x 8"]) == 2
+    assert "numbers >= 1" in capsys.readouterr().err
+
+
+def test_buckets_command_verifies_on_the_cpu_and_keeps_the_entries(tmp_path, monkeypatch) -> None:
+    """The command end to end on the CPU, the measurement faked (a CPU cannot promise a
+    speedup): every draft verified, the entries unchanged, a new version written."""
+    from autotune.cli.main import main
+
+    entries = {k: v for k, v in ENTRIES.items() if k[2:] == DIMS}
+    path = _table(tmp_path, [], entries)
+    before = load_table(path)
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: _outcome())
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", lambda fn, job: (fn(job), ""))
+    assert main(["buckets", "--table", str(path), "--gpu", "cpu"]) == 0
+    after = load_table(path)
+    assert after.version == before.version + 1 and dict(after.entries) == dict(before.entries)
+    assert len(after.buckets) == len(draft_buckets(entries, CPU)) > 0
+    assert "buckets" in after.provenance and after.usable
