@@ -285,3 +285,29 @@ def test_buckets_command_verifies_on_the_cpu_and_keeps_the_entries(tmp_path, mon
     assert after.version == before.version + 1 and dict(after.entries) == dict(before.entries)
     assert len(after.buckets) == len(draft_buckets(entries, CPU)) > 0
     assert "buckets" in after.provenance and after.usable
+
+
+@pytest.mark.parametrize(
+    ("outcome", "verdict", "code"),
+    [
+        (_outcome(), "holds", 0),
+        (_outcome(passed=False), "WRONG", 1),
+        (_outcome(speedup=1.0), "no longer wins", 0),
+    ],
+)
+def test_validate_checks_every_bucket_again(
+    tmp_path, monkeypatch, capsys, outcome, verdict, code
+) -> None:
+    from autotune.cli.main import main
+
+    path = _table(tmp_path, [_bucket(HEADS)])
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: outcome)
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", lambda fn, job: (fn(job), ""))
+    out = tmp_path / "here.py"
+    assert (
+        main(["validate", "--table", str(path), "--gpu", "cpu", "--quick", "--out", str(out)])
+        == code
+    )
+    text = capsys.readouterr().out
+    assert f"bucket d_model 32, 2 heads, FFN 64, 2 layers: batch 1-8 x seq 8-32: {verdict}" in text
+    assert len(load_table(out).buckets) == (1 if verdict == "holds" else 0)

@@ -62,7 +62,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         cases=cases,
         allow_reference=args.allow_reference,
     )
-    if args.out and result.checks:
+    if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
         path, version = write_verified_table(table, result, chosen, Path(args.out), command)
         print(f"wrote {path} (table version {version}): the entries verified here")

@@ -207,6 +207,17 @@ def _merge(
     return [Draft(dims, (m[0], m[1]), (m[2], m[3]), tuple(m[4])) for m in merged]
 
 
+def draft_of(bucket: Mapping[str, Any]) -> Draft:
+    """A written bucket as a draft of its one plan (to verify it again elsewhere)."""
+    plan = Plan.from_dict(bucket.get("plan", {}))
+    return Draft(
+        tuple(bucket["dims"]),
+        (int(bucket["batch"][0]), int(bucket["batch"][1])),
+        (int(bucket["seq"][0]), int(bucket["seq"][1])),
+        ((plan, str(bucket.get("from", "?"))),),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class VerifyJob:
     """One draft's verification, as plain data a child process can take."""
@@ -216,10 +227,17 @@ class VerifyJob:
     emulated: bool
 
 
+WRONG = "wrong"  # failed the correctness gate at a point
+SLOWER = "slower"  # passed but did not beat the reference beyond the noise
+CANNOT_RUN = "cannot run"  # unsupported, out of memory, crashed
+
+
 def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
     """Step 4: the first plan of the draft that passes and wins at every point, as a
-    bucket; and a line per plan that did not."""
+    bucket; and a line per plan that did not, starting with its kind (``WRONG``,
+    ``SLOWER`` or ``CANNOT_RUN``) and a colon."""
     from autotune.core.cases import Case, classify_regime
+    from autotune.core.outcome import OutcomeKind
     from autotune.core.profiles import select_profile
     from autotune.evaluate import evaluate_plan
     from autotune.judge.gate import SELECTION_GATE, CaseBench
@@ -246,12 +264,13 @@ def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
             bench.release()
             t = o.timing
             if not o.passed or t is None:
-                problem = f"at batch {b} seq {s}: {o.summary_line()}"
+                kind = WRONG if o.kind is OutcomeKind.WRONG_RESULT else CANNOT_RUN
+                problem = f"{kind}: at batch {b} seq {s}: {o.summary_line()}"
                 break
             if t.speedup - 1.0 <= t.noise:
                 problem = (
-                    f"at batch {b} seq {s}: {t.speedup:.2f}x does not beat the reference "
-                    f"beyond the noise ({100 * t.noise:.1f}%)"
+                    f"{SLOWER}: at batch {b} seq {s}: {t.speedup:.2f}x does not beat the "
+                    f"reference beyond the noise ({100 * t.noise:.1f}%)"
                 )
                 break
             points.append(
@@ -268,7 +287,8 @@ def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
                 }
             )
         if problem:
-            notes.append(f"{plan.describe()} (from {where}) fails {problem}")
+            kind, _, detail = problem.partition(": ")
+            notes.append(f"{kind}: {plan.describe()} (from {where}) {detail}")
             continue
         bucket = {
             "dims": list(draft.dims),

@@ -7,7 +7,8 @@ Entries that are wrong make the command fail; entries that still pass but no lon
 the reference beyond the noise are reported. A table the runtime refuses here is said so
 once, and none of its entries "holds": an entry that passes is "verified here", and with
 ``--out`` the entries verified here are written as a new table whose provenance is this
-device and stack (the table given is never edited).
+device and stack (the table given is never edited). A table's buckets are verified again
+at their corners and centre (gate and timing); those that hold are written too.
 """
 
 from __future__ import annotations
@@ -99,6 +100,46 @@ def validate_entry(
 
 
 @dataclasses.dataclass
+class BucketCheck:
+    """One bucket verified again on this device at its corners and centre."""
+
+    label: str
+    plan: str
+    verdict: str
+    detail: str
+    bucket: dict | None = None  # the bucket with this device's evidence, where it holds
+
+
+def validate_bucket(
+    bucket: dict, selection: ProfileSelection, refused: bool = False, isolate: bool = True
+) -> BucketCheck:
+    from autotune.core.isolate import call_isolated
+    from autotune.ship import buckets as b
+
+    draft = b.draft_of(bucket)
+    ((plan, _),) = draft.plans
+    job = b.VerifyJob(draft, selection.profile.name, selection.emulated)
+    result, problem = call_isolated(b.verify_draft, job) if isolate else (b.verify_draft(job), "")
+    if result is None:
+        return BucketCheck(draft.label(), plan.describe(), CANNOT_RUN, problem)
+    fresh, notes = result
+    if fresh is not None:
+        points = fresh["evidence"]["points"]
+        speedups = [p["speedup"] for p in points]
+        detail = (
+            f"{len(points)} shapes, worst share "
+            f"{max(p['worst_budget_share'] or 0.0 for p in points):.3f}, "
+            f"{min(speedups):.2f}x-{max(speedups):.2f}x"
+        )
+        return BucketCheck(
+            draft.label(), plan.describe(), VERIFIED_HERE if refused else HOLDS, detail, fresh
+        )
+    kind, _, detail = notes[0].partition(": ") if notes else ("", "", "no result")
+    verdict = {b.WRONG: WRONG, b.SLOWER: NO_LONGER_WINS}.get(kind, CANNOT_RUN)
+    return BucketCheck(draft.label(), plan.describe(), verdict, detail)
+
+
+@dataclasses.dataclass
 class Validation:
     """What ``validate_table`` found: each entry's check, and why the runtime refuses the
     table here (integrity first: a table whose content fails its hash is not run at all
@@ -107,13 +148,14 @@ class Validation:
     checks: list[EntryCheck]
     integrity: list[str]
     compatibility: list[str]
+    bucket_checks: list[BucketCheck] = dataclasses.field(default_factory=list)
 
     @property
     def refused(self) -> bool:
         return bool(self.integrity or self.compatibility)
 
     def count(self, verdict: str) -> int:
-        return sum(c.verdict == verdict for c in self.checks)
+        return sum(c.verdict == verdict for c in [*self.checks, *self.bucket_checks])
 
     def exit_code(self, *, allow_reference: bool = False, allow_missing: bool = False) -> int:
         """1 for a wrong entry; for a table the runtime refuses (unless ``allow_reference``);
@@ -154,6 +196,12 @@ def validate_table(
         check = validate_entry(key, dict(table.entries[key]), selection, timing, result.refused)
         emit(f"case {check.case:<8} {check.verdict:<15} {check.plan}  {check.detail}")
         result.checks.append(check)
+    if table.buckets and cases is not None:
+        emit(f"{len(table.buckets)} buckets not checked (--cases selects entries only)")
+    for bucket in table.buckets if cases is None else ():
+        bcheck = validate_bucket(dict(bucket), selection, result.refused)
+        emit(f"bucket {bcheck.label}: {bcheck.verdict}: {bcheck.plan}  {bcheck.detail}")
+        result.bucket_checks.append(bcheck)
     verdicts = (HOLDS, VERIFIED_HERE, NO_LONGER_WINS, WRONG, CANNOT_RUN, SKIPPED)
     emit(
         ", ".join(
@@ -219,4 +267,5 @@ def write_verified_table(
             "device": dict(table.provenance.get("device", {})),
         },
     )
-    return write_table(out, table.profile, provenance, winners)
+    buckets = [c.bucket for c in validation.bucket_checks if c.bucket is not None]
+    return write_table(out, table.profile, provenance, winners, buckets=buckets)
