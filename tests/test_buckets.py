@@ -20,6 +20,7 @@ from autotune.runtime import DispatchedTransformer, load_table, serving
 from autotune.runtime.buckets import find_bucket, nearest_plans, shape_distance
 from autotune.ship.buckets import Draft, VerifyJob, axis_cells, draft_buckets, verify_draft
 from autotune.ship.export import write_entries
+from tests.conftest import ROOT
 
 DIMS = (32, 2, 64, 2, True, "float32")  # smoke-1's dims
 CPU = detect_device("cpu")
@@ -165,7 +166,7 @@ def test_schema_2_tables_round_trip_and_an_edited_bucket_fails_the_hash(tmp_path
     path.write_text(path.read_text().replace("'batch': [1, 8]", "'batch': [1, 9]"))
     assert any("content hash mismatch" in p for p in load_table(path).problems)
     # Schema-1 tables (no BUCKETS) still load and verify.
-    assert load_table(Path("tables/h200.py")).problems == ()
+    assert load_table(ROOT / "tables" / "h200.py").problems == ()
 
 
 def test_an_unseen_shape_inside_a_bucket_is_served_by_its_plan(tmp_path) -> None:
