@@ -312,3 +312,30 @@ def test_validate_checks_every_bucket_again(
     text = capsys.readouterr().out
     assert f"bucket d_model 32, 2 heads, FFN 64, 2 layers: batch 1-8 x seq 8-32: {verdict}" in text
     assert len(load_table(out).buckets) == (1 if verdict == "holds" else 0)
+
+
+def test_unseen_draws_shapes_outside_the_table_and_summarises_honestly() -> None:
+    from autotune.tools.unseen import draw_shapes, summary
+
+    base = select_cases("smoke-1")[0]
+    table_keys = {(b, s, *DIMS) for b in range(1, 5) for s in range(8, 20)}
+    shapes = draw_shapes(base, 20, (1, 8), (8, 64), 0, table_keys)
+    assert len(set(shapes)) == 20 and not {(b, s, *DIMS) for b, s in shapes} & table_keys
+    assert shapes == draw_shapes(base, 20, (1, 8), (8, 64), 0, table_keys)  # seeded
+    with pytest.raises(ValueError, match="only 3 shapes in batch 1-2 x seq 8-9"):
+        draw_shapes(base, 4, (1, 2), (8, 9), 0, {(1, 8, *DIMS)})
+    rows = [
+        {
+            "served": "yes",
+            "speedup": 4.0,
+            "failed_elements": 0,
+            "vs_tuned": 0.9,
+            "sync_free": "yes",
+        },
+        {"served": "yes", "speedup": 1.0, "failed_elements": 0, "vs_tuned": "", "sync_free": "no"},
+        {"served": "no", "speedup": 1.0, "failed_elements": 3, "vs_tuned": 0.5, "sync_free": ""},
+    ]
+    line = summary(rows)
+    assert "2 of 3 unseen shapes (67%) served" in line and "geometric mean 2.00x" in line
+    assert "3 failed elements" in line and "median 0.70x" in line
+    assert "1 served shapes synchronise per call" in line
