@@ -14,9 +14,9 @@ DB=${UNSEEN_DB:-sqlite:///$OUT/unseen_studies.db}
 shapes=$(python3 -m autotune unseen --table "$T" --gpu h200 --case 2 --count 30 --list \
   | tr ';' '\n' | awk 'NR % 8 == 1' | paste -sd';')
 echo "tuned shapes: $shapes"
-timeout "${STUDY_TIMEOUT:-220}" python3 -m autotune study --gpu h200 --cases "$shapes" \
+timeout "${STUDY_TIMEOUT:-100}" python3 -m autotune study --gpu h200 --cases "$shapes" \
   --n-trials 10 --warm-start "$T" --storage "$DB" --quiet 2>&1 | grep -v -i warn \
   | tee "$OUT/unseen_study.log" | tail -6
-timeout "${UNSEEN_TIMEOUT:-300}" python3 -m autotune unseen --table "$T" --gpu h200 --case 2 \
+timeout "${UNSEEN_TIMEOUT:-200}" python3 -m autotune unseen --table "$T" --gpu h200 --case 2 \
   --count 30 --csv "$OUT/unseen.csv" --tuned --storage "$DB" 2>&1 | grep -v -i warn \
   | tee "$OUT/unseen.log" | tail -34

@@ -118,10 +118,12 @@ def write_entries(
     provenance: dict[str, Any],
     entries: dict[tuple[Any, ...], Any],
     buckets: list[Any] | None = None,
+    numbered_from: Path | None = None,
 ) -> tuple[Path, int]:
-    """Render and atomically write a table of these entries and buckets."""
+    """Render and atomically write a table of these entries and buckets; its version
+    follows the table at ``numbered_from`` (default: the one at ``path``)."""
     path = Path(path)
-    version = next_version(path, profile, provenance, entries, buckets)
+    version = next_version(numbered_from or path, profile, provenance, entries, buckets)
     write_atomic(path, render_table(profile, version, provenance, entries, buckets))
     return path, version
 
@@ -147,7 +149,10 @@ def add_buckets(
             "versions": env["versions"],
         }
     }
-    path, version = write_entries(out, table.profile, provenance, entries, buckets)
+    source = Path(table.source)
+    path, version = write_entries(
+        out, table.profile, provenance, entries, buckets, source if source.is_file() else None
+    )
     return path, version, buckets
 
 
