@@ -19,6 +19,26 @@ MIN_BLOCK = 16  # tl.dot needs every tile dimension >= 16
 _HALF_INPUTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+# Row tiles of 128 in the kernels that compute projections and attention in one program
+# (the fused heads layer, the fused block) miscompile on CUDA under Triton 3.6 (H200,
+# sm_90): compute-sanitizer memcheck found out-of-bounds shared-memory reads in the heads
+# kernel's P @ V at 128/64 and 128/32 tiles with 8 warps, and 4-warp settings returned
+# non-finite outputs with no finding (session 7, docs/results/h200/memcheck_s7.csv). Refused
+# on every CUDA device: a wrong kernel must never reach a study or a table.
+MAX_FUSED_ROW_TILE = 64
+
+
+def fused_row_tile_reasons(name: str, value: int, kernel: str, device_type: str) -> list[str]:
+    """Why a row tile of a fused projection + attention kernel must not run on CUDA."""
+    if device_type != "cuda" or value <= MAX_FUSED_ROW_TILE:
+        return []
+    return [
+        f"{name}={value} in the {kernel} miscompiles on CUDA (Triton 3.6, H200: out-of-bounds "
+        "shared-memory reads and non-finite outputs under compute-sanitizer, "
+        f"docs/results/h200/memcheck_s7.csv); use {name} <= {MAX_FUSED_ROW_TILE}"
+    ]
+
+
 def padded_dim(n: int) -> int:
     """A tile dimension: ``n`` rounded up to a power of two, at least 16."""
     return max(MIN_BLOCK, next_power_of_2(n))

@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import MIN_BLOCK, gelu_exact, padded_dim
+from kernels._common import MIN_BLOCK, fused_row_tile_reasons, gelu_exact, padded_dim
 from kernels._precision import check_precision, dot, launch_reasons, precision_reasons, to_operand
 from kernels._triton import (
     SUPPORTED_NUM_WARPS,
@@ -674,6 +674,7 @@ def not_supported_reasons(
         num_stages=num_stages,
         precision=precision,
     )
+    reasons += fused_row_tile_reasons("block_m", block_m, "fused block", device_type)
     if not reasons and block_m > padded_dim(seq_len):
         reasons.append(
             f"block_m={block_m} > padded seq len {padded_dim(seq_len)}; use a smaller block_m"

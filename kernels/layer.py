@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from kernels import attention as flash
-from kernels._common import MIN_BLOCK, padded_dim
+from kernels._common import MIN_BLOCK, fused_row_tile_reasons, padded_dim
 from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
@@ -574,6 +574,10 @@ def not_supported_reasons(
     shape = dict(seq_len=seq_len, d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim)
     precisions = dict(gemm_precision=gemm_precision, attn_precision=attn_precision)
     reasons = _config_errors(variant=variant, tiling=tiling, **shape, **precisions)
+    if variant == "heads":
+        reasons += fused_row_tile_reasons(
+            "attn_block_m", tiling.block_m, "fused heads layer", device_type
+        )
     if not reasons and prune_pointless:
         padded_s = padded_dim(seq_len)
         for name, value in (("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)):

@@ -176,11 +176,17 @@ def test_case_one_shapes_are_supported_and_fit() -> None:
         ({"capability": (7, 5)}, "needs CUDA capability >= 8.0"),
         ({"smem_bytes": 32 * 1024}, "shared memory"),
         ({"device_type": "cuda", "seq_len": 16, "block_m": 64}, "block_m=64 > padded seq len"),
+        ({"block_m": 128, "precision": "fp16"}, "block_m=128 in the fused block miscompiles"),
     ],
 )
 def test_not_supported_reasons_refuses(overrides: dict, expected: str) -> None:
     reasons = plan(**overrides)
     assert any(expected in r for r in reasons), reasons
+
+
+def test_128_row_tiles_are_refused_on_cuda_only() -> None:
+    assert plan(block_m=128, precision="fp16", device_type="cpu", capability=None) == []
+    assert plan(block_m=64, precision="fp16") == []
 
 
 def test_big_tiles_exceed_the_default_shared_memory_limit() -> None:
