@@ -1,6 +1,8 @@
 """Every shipped plan and the Triton tile settings of the GPU space under compute-sanitizer
-(memcheck), one row per item in a CSV: ``clean``, ``memcheck`` (the sanitizer's first
-finding: kind, kernel, line) or ``error`` (a Python exception without a finding).
+(memcheck), one row per item in a CSV: ``clean``, ``wrong`` (no finding, but the output
+breaks the correctness rule on a padded input), ``memcheck`` (the sanitizer's first
+finding: kind, kernel, line), ``error`` (a CUDA or Python error without a finding) or
+``unsupported`` (the support rules refuse it).
 
 A finding corrupts the CUDA context, so each child process runs items in order until one
 fails; the parent records that item and starts a new child at the next one. Shards run
@@ -116,7 +118,10 @@ for i in range(int(sys.argv[2]), len(items)):
         got = cand(x, padded)
         cand(x, general)
         small = x.shape[0] * x.shape[1] <= 4096
-        report = check_outputs(got, ref(x, padded)).summary() if small else "not compared"
+        report = "not compared"
+        if small:
+            r = check_outputs(got, ref(x, padded))
+            report = ("PASS " if r.passed else "WRONG ") + r.summary()
         if where.type == "cuda":
             torch.cuda.synchronize()
     del cand, got
@@ -156,6 +161,8 @@ def run_shard(items: list, shard: int, out_dir: Path, deadline: float, sanitizer
             elif word in ("OK", "SKIP"):
                 i = int(idx)
                 verdict = "clean" if word == "OK" else "unsupported"
+                if word == "OK" and detail.startswith("WRONG"):
+                    verdict = "wrong"  # no memcheck finding, but outputs over the rule
                 yield (*items[i], verdict, detail)
                 started = None
                 start = i + 1
@@ -166,7 +173,8 @@ def run_shard(items: list, shard: int, out_dir: Path, deadline: float, sanitizer
         if started is None:  # failed before any item started
             yield ("child", "", {}, "error", f"exit {returncode}; see {log.name}")
             break
-        finding = _first_finding(log.read_text(errors="replace"))
+        # compute-sanitizer reports on stdout, the child's tracebacks go to the log
+        finding = _first_finding(stdout) or _first_finding(log.read_text(errors="replace"))
         verdict = "memcheck" if finding else "error"
         yield (*items[started], verdict, finding or _last_line(log))
         start = started + 1
@@ -175,7 +183,7 @@ def run_shard(items: list, shard: int, out_dir: Path, deadline: float, sanitizer
 def _first_finding(text: str) -> str:
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        if line.startswith("========= ") and ("Invalid" in line or "Error" in line[:30]):
+        if line.startswith("========= ") and ("Invalid" in line or "Program hit" in line):
             where = next((x.strip(" =") for x in lines[i + 1 : i + 3] if " at " in x), "")
             return f"{line.strip(' =')} {where}"
     return ""
@@ -237,7 +245,7 @@ def main() -> int:
         counts[r[3]] = counts.get(r[3], 0) + 1
     print(" ".join(f"{k}={v}" for k, v in sorted(counts.items())), f"of {len(rows)} -> {out}")
     for r in rows:
-        if r[3] in ("memcheck", "error"):
+        if r[3] in ("memcheck", "error", "wrong"):
             print(f"{r[3]}: {r[0]} {r[1]} {json.dumps(r[2], sort_keys=True)}: {r[4]}")
     os.sync()
     return 0
