@@ -209,8 +209,8 @@ class CandidateTransformer(ReferenceTransformer):
                 self._core = lambda *args: self._owned(compiled(*args))
 
     # Captured forwards kept per module (one per shape, mask kind and settings): a plan
-    # serving a bucket sees many shapes; past this many, the oldest capture is dropped
-    # (its memory pool with it) and captured again if its shape returns.
+    # serving a bucket sees many shapes; past this many, the least recently used capture
+    # is dropped (its memory pool with it) and captured again if its shape returns.
     MAX_GRAPH_SHAPES = 16
 
     # False: outputs of a compile mode that captures graphs are handed out as Inductor
@@ -335,10 +335,13 @@ class CandidateTransformer(ReferenceTransformer):
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
         key = (x.shape, x.dtype, x.device, kind, settings_key())
-        graph = self._graphs.get(key)
-        if graph is None:
-            if len(self._graphs) >= self.MAX_GRAPH_SHAPES:  # many shapes: the oldest goes
-                del self._graphs[next(iter(self._graphs))]
+        graphs = self._graphs
+        graph = graphs.pop(key, None)
+        if graph is not None:
+            graphs[key] = graph  # most recently used last: a dict move, no device work
+        else:
+            if len(graphs) >= self.MAX_GRAPH_SHAPES:  # many shapes: the least recent goes
+                del graphs[next(iter(graphs))]
             graph = _CapturedForward(lambda xx, mm: self._chunked(xx, mm, kind, weights), x, mask)
             self._graphs[key] = graph
         _set(self, "last_route", f"graph mask={kind}")

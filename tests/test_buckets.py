@@ -339,3 +339,85 @@ def test_unseen_draws_shapes_outside_the_table_and_summarises_honestly() -> None
     assert "2 of 3 unseen shapes (67%) served" in line and "geometric mean 2.00x" in line
     assert "3 failed elements" in line and "median 0.70x" in line
     assert "1 served shapes synchronise per call" in line
+
+
+def test_a_refused_table_never_gates(tmp_path) -> None:
+    path = _table(tmp_path, [_bucket(HEADS)])
+    path.write_text(path.read_text().replace("'commit': 'test'", "'commit': 'edited'"))
+    model = DispatchedTransformer(select_cases("smoke-1")[0].config, table=path, gate_unseen=True)
+    x = torch.randn(12, 40, 32)
+    with serving(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model(x, None)
+    assert model.last_route.plan is None and "table refused" in str(model.last_route)
+    assert not any("one-time gate" in str(w.message) for w in seen)
+
+
+def test_new_weights_are_gated_again(tmp_path) -> None:
+    path = _table(tmp_path, [_bucket(HEADS)])
+    config = select_cases("smoke-1")[0].config
+    model = DispatchedTransformer(config, table=path, gate_unseen=True)
+    x = torch.randn(12, 40, 32)
+    with serving():
+        with pytest.warns(UserWarning, match="passed"):
+            model(x, None)
+        model(x, None)  # the verdict holds: no gate
+        model.load_state_dict(build_reference(config, "cpu").state_dict())  # other weights
+        with pytest.warns(UserWarning, match="passed"):
+            model(x, None)
+
+
+def test_no_bucket_near_a_shape_where_the_reference_kept_its_entry() -> None:
+    entries = dict(ENTRIES)
+    entries[(4, 128, *DIMS)] = {"admitted": False, "case": "b", "plan": {}, "evidence": {}}
+    entries[(64, 32, *DIMS)] = _entry("d", dict(HEADS, compile="default"))
+    drafts = draft_buckets(entries, CPU, reasons=_short_only)
+    for d in drafts:
+        assert not d.batch[0] <= 4 <= d.batch[1] or not d.seq[0] <= 128 <= d.seq[1]
+        assert all(p.compile == "none" for p, _ in d.plans)
+    assert any(d.batch[0] <= 1 <= d.batch[1] and d.seq[0] <= 128 <= d.seq[1] for d in drafts)
+
+
+def test_export_keeps_buckets_only_where_they_still_hold() -> None:
+    from types import SimpleNamespace
+
+    from autotune.ship.export import kept_buckets
+
+    made = {"device": "cpu", "versions": {"torch": "2.13.0", "triton": "3.9.0"}}
+    other = (8, 8, 16, 2, 16, 1, True, "float32")
+    old = SimpleNamespace(
+        buckets=[_bucket(HEADS), dict(_bucket(ROWS), dims=list(other))],
+        entries={(1, 8, *DIMS): _entry("a", HEADS), (8, 8, *other[2:]): _entry("x", ROWS)},
+        provenance={"buckets": made},
+    )
+    here = {"device": {"name": "cpu"}, "versions": {"torch": "2.13.1", "triton": "3.9.0"}}
+    lines: list[str] = []
+    same = dict(old.entries)
+    prov = dict(here)
+    assert len(kept_buckets(old, same, prov, lines.append)) == 2 and prov["buckets"] == made
+    changed = dict(same) | {(1, 8, *DIMS): _entry("a", ROWS)}  # a plan changed in DIMS
+    assert [b["dims"] for b in kept_buckets(old, changed, dict(here), lines.append)] == [
+        list(other)
+    ]
+    newer = {"device": {"name": "cpu"}, "versions": {"torch": "2.14.0", "triton": "3.9.0"}}
+    assert kept_buckets(old, same, newer, lines.append) == []
+    assert "rebuild them with --buckets" in lines[-1]
+
+
+def test_captured_forwards_are_dropped_least_recently_used_first(monkeypatch) -> None:
+    import autotune.build as build
+
+    class Fake:
+        def __init__(self, fn, x, mask) -> None:
+            self.shape = tuple(x.shape)
+
+        def replay(self, x, mask):
+            return x
+
+    monkeypatch.setattr(build, "_CapturedForward", Fake)
+    cand = build.CandidateTransformer(select_cases("smoke-1")[0].config, Plan(), CPU)
+    monkeypatch.setattr(cand, "MAX_GRAPH_SHAPES", 2)
+    a, b, c = torch.zeros(1, 4, 32), torch.zeros(2, 4, 32), torch.zeros(3, 4, 32)
+    for x in (a, b, a, c):
+        cand._graph_forward(x, None, "none", [])
+    assert [g.shape for g in cand._graphs.values()] == [(1, 4, 32), (3, 4, 32)]

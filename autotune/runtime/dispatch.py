@@ -143,6 +143,7 @@ class DispatchedTransformer(ReferenceTransformer):
         self.table: DispatchTable | None = load_table(table) if table is not None else None
         self.gate_unseen = gate_unseen
         self.gate_cache = Path(gate_cache) if gate_cache is not None else None
+        self._fingerprint: str | None = None  # of the weights, for gate verdicts
         # One-time gate verdicts per (case key, plan hash, device name): (passed, detail).
         self._gated: dict[str, tuple[bool, str]] = self._read_gate_cache()
         # Plans are shape-generic (graphs are captured per shape): one module per plan.
@@ -159,14 +160,24 @@ class DispatchedTransformer(ReferenceTransformer):
 
     def refresh(self) -> None:
         """The parameters changed in place: the plans remake their derived weights and
-        graphs (``load_state_dict`` and ``.to()`` do this themselves)."""
+        graphs (``load_state_dict`` and ``.to()`` do this themselves). Routes that rest on
+        a gate verdict are resolved again (verdicts belong to the weights they judged)."""
         for cand in self._candidates.values():
             cand.refresh()
+        self._forget_gated_routes()
+
+    def _forget_gated_routes(self) -> None:
+        self._fingerprint = None
+        gated = {k for k, r in self._routes.items() if r.pending_gate or "gate" in r.source}
+        if gated:
+            self._routes = {k: r for k, r in self._routes.items() if k not in gated}
+            self._served.clear()
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
         self._candidates.clear()  # they read our parameters; graphs must be re-captured
         self._routes.clear()
         self._served.clear()
+        self._fingerprint = None
         return super()._apply(fn, recurse)
 
     def _device(self, device: torch.device) -> tuple[DeviceInfo, tuple[str, ...]]:
@@ -227,7 +238,7 @@ class DispatchedTransformer(ReferenceTransformer):
         source = "entry"
         pending = None
         if entry is None:
-            plan, source, more, pending = self._unseen(key, config, info)
+            plan, source, more, pending = self._unseen(key, config, info, gate=not problems)
             reasons += more
         elif not entry.get("admitted"):
             reasons.append(
@@ -247,9 +258,10 @@ class DispatchedTransformer(ReferenceTransformer):
         return route
 
     def _unseen(
-        self, key: tuple[Any, ...], config: TransformerConfig, info: DeviceInfo
+        self, key: tuple[Any, ...], config: TransformerConfig, info: DeviceInfo, gate: bool
     ) -> tuple[Plan | None, str, list[str], Plan | None]:
-        """A shape without an entry: the bucket holding it, a gate verdict, or why not.
+        """A shape without an entry: the bucket holding it, a gate verdict, or why not
+        (``gate``: False when the table is refused here, whose plans never run).
         Returns (plan, source, reasons, the plan a first call would gate)."""
         assert self.table is not None
         reasons = [f"no entry for case key {key}"]
@@ -262,6 +274,8 @@ class DispatchedTransformer(ReferenceTransformer):
             reasons.append(f"{bucketing.span(bucket)}: its plan is unsupported here: {why[0]}")
         else:
             reasons.append(f"no bucket holds batch {key[0]} x seq {key[1]}")
+        if not gate:
+            return None, "", reasons, None
         if not self.gate_unseen:
             near = bucketing.nearest_plans(self.table.entries, self.table.buckets, key)
             if near:
@@ -274,8 +288,10 @@ class DispatchedTransformer(ReferenceTransformer):
             self.table.entries, self.table.buckets, key
         ):
             plan = Plan.from_dict(plan_dict)
-            if not_supported_reasons(plan, config, info) or (
-                info.type == "cuda" and plan.reads_mask_on_host
+            if (
+                plan.compile != "none"  # a compile per new shape: not for unseen shapes
+                or (info.type == "cuda" and plan.reads_mask_on_host)
+                or not_supported_reasons(plan, config, info)
             ):
                 continue
             source = f"gate on first use (plan of {where})"
@@ -293,8 +309,33 @@ class DispatchedTransformer(ReferenceTransformer):
 
     # --- the one-time gate ----------------------------------------------------------
     def _gate_key(self, key: tuple[Any, ...], plan: Plan, info: DeviceInfo) -> str:
+        """What a verdict holds for: the table, the shape, the plan, the device, the
+        software stack and these weights (their fingerprint)."""
+        from autotune.core.device import software_versions
+
         assert self.table is not None
-        return json.dumps([self.table.content_hash[:16], list(key), plan.hash, info.name])
+        versions = software_versions()
+        stack = [versions.get("torch"), versions.get("triton")]
+        return json.dumps(
+            [self.table.content_hash[:16], list(key), plan.hash, info.name, *stack,
+             self._weights_fingerprint()]
+        )  # fmt: skip
+
+    def _weights_fingerprint(self) -> str:
+        """A digest of every parameter's sum and sum of squares (one host sync, once per
+        parameter version: only when a gate verdict is looked up or made)."""
+        if self._fingerprint is None:
+            import hashlib
+
+            with torch.no_grad():
+                stats = torch.stack(
+                    [
+                        torch.stack([p.detach().double().sum(), p.detach().double().square().sum()])
+                        for p in self.parameters()
+                    ]
+                )
+            self._fingerprint = hashlib.sha256(stats.cpu().numpy().tobytes()).hexdigest()[:16]
+        return self._fingerprint
 
     def _read_gate_cache(self) -> dict[str, tuple[bool, str]]:
         if self.gate_cache is None or not self.gate_cache.is_file():
@@ -338,7 +379,15 @@ class DispatchedTransformer(ReferenceTransformer):
             verdict = (True, f"10 inputs (5 seeds, 5 padded), worst {worst:.3f} of the allowance")
         self._gated[self._gate_key(key, plan, info)] = verdict
         if self.gate_cache is not None:
-            write_atomic(self.gate_cache, json.dumps(self._gated, indent=1, sort_keys=True))
+            merged = self._read_gate_cache() | self._gated  # other processes' verdicts kept
+            try:
+                write_atomic(self.gate_cache, json.dumps(merged, indent=1, sort_keys=True))
+            except OSError as exc:  # the verdict still holds in this process
+                warnings.warn(
+                    f"gate cache {self.gate_cache} not written ({exc}); the verdict is kept "
+                    "in this process only",
+                    stacklevel=5,
+                )
         warnings.warn(
             f"DispatchedTransformer: unseen shape {key}: one-time gate of plan {plan.hash} "
             f"{'passed' if verdict[0] else 'FAILED (the reference serves)'}: {verdict[1]}",

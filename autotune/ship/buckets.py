@@ -10,7 +10,9 @@ Per group of entries with the same d_model, heads, FFN, layers, causality and dt
    S = 256), so the plan keeps the part where it runs.
 2. Each cell takes the plans of the group's entries, nearest tuned shape first
    (``runtime.buckets.shape_distance``), keeping those whose support rules hold at the
-   cell's corners and that never read the mask on the host.
+   cell's corners, that never read the mask on the host and that need no compile per
+   shape. A cell whose nearest tuned shape kept the reference (no plan beat it there)
+   gets none.
 3. Neighbouring cells with the same first plan merge into one rectangle, along the batch
    axis first, then along the sequence axis.
 4. Each rectangle's plan is verified at its four corners and its geometric centre: the
@@ -133,19 +135,21 @@ def draft_buckets(
     """Rectangles and their candidate plans from the admitted entries (steps 1-3)."""
     if reasons is None:
         from autotune.build import not_supported_reasons as reasons
-    groups: dict[tuple[Any, ...], dict[tuple[int, int], tuple[Plan, str]]] = {}
+    # Per dims: every tuned shape, with its plan, or None where the entry keeps the
+    # reference (no plan beat it there: a cell nearest to it gets no bucket).
+    groups: dict[tuple[Any, ...], dict[tuple[int, int], tuple[Plan | None, str]]] = {}
     for key, entry in entries.items():
-        if entry.get("admitted"):
-            plan = Plan.from_dict(entry.get("plan", {}))
-            groups.setdefault(dims_of(key), {})[(key[0], key[1])] = (plan, f"case {entry['case']}")
+        plan = Plan.from_dict(entry.get("plan", {})) if entry.get("admitted") else None
+        groups.setdefault(dims_of(key), {})[(key[0], key[1])] = (plan, f"case {entry['case']}")
     drafts: list[Draft] = []
-    for dims, tuned in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        if dims[5] != "float32":
+    for dims, points in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        tuned = {k: (p, w) for k, (p, w) in points.items() if p is not None}
+        if dims[5] != "float32" or not tuned:
             continue
-        bcells = axis_cells([b for b, _ in tuned])
-        seqs = [s for _, s in tuned]
+        bcells = axis_cells([b for b, _ in points])
+        seqs = [s for _, s in points]
         plans = list({plan: None for plan, _ in tuned.values()})
-        cuts = support_limits(plans, dims, min(b for b, _ in tuned), (min(seqs), max(seqs)),
+        cuts = support_limits(plans, dims, min(b for b, _ in points), (min(seqs), max(seqs)),
                               device, reasons)  # fmt: skip
         scells = axis_cells(seqs, cuts)
         cells: dict[tuple[int, int], tuple[int, int, int, int, list[tuple[Plan, str]]]] = {}
@@ -154,19 +158,24 @@ def draft_buckets(
                 if not _fits(dims, bhi, shi, device):
                     continue
                 corners = [(blo, slo), (blo, shi), (bhi, slo), (bhi, shi)]
-                plans: list[tuple[Plan, str]] = []
+                nearest = min(points, key=lambda k: (shape_distance((bv, sv), k), k))
+                if points[nearest][0] is None:
+                    continue  # nearest to a shape where the reference kept its entry
+                cell_plans: list[tuple[Plan, str]] = []
                 for _, (plan, where) in sorted(
                     tuned.items(), key=lambda kv: (shape_distance((bv, sv), kv[0]), kv[0])
                 ):
-                    if any(plan == p for p, _ in plans):
+                    if any(plan == p for p, _ in cell_plans):
                         continue
                     if device.type == "cuda" and plan.reads_mask_on_host:
                         continue
+                    if plan.compile != "none":
+                        continue  # a compile per new shape at first use: not for buckets
                     if any(reasons(plan, config_at(dims, b, s), device) for b, s in corners):
                         continue
-                    plans.append((plan, where))
-                if plans:
-                    cells[(i, j)] = (blo, bhi, slo, shi, plans)
+                    cell_plans.append((plan, where))
+                if cell_plans:
+                    cells[(i, j)] = (blo, bhi, slo, shi, cell_plans)
         drafts += _merge(dims, cells, len(bcells), len(scells))
     return [d for d in drafts if d.batch[0] != d.batch[1] or d.seq[0] != d.seq[1]]
 

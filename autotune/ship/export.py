@@ -362,8 +362,10 @@ def export_table(
     provenance = table_provenance(
         selection, export_command(selection, options), storage=options.storage_url
     )
-    buckets = [dict(b) for b in old.buckets] if old is not None else []
-    if options.buckets:
+    buckets: list[dict[str, Any]] = []
+    if not options.buckets:
+        buckets = kept_buckets(old, dict(kept) | entries_from_winners(winners), provenance, emit)
+    else:
         from autotune.ship.buckets import build_buckets
 
         final = dict(kept) | entries_from_winners(winners)
@@ -375,12 +377,63 @@ def export_table(
             isolate=options.isolate,
             emit=emit,
         )
-    elif buckets:
-        emit(f"kept the {len(buckets)} buckets of {options.out} as they are")
     path, version = write_table(options.out, profile, provenance, winners, kept, buckets)
     if kept:
         emit(f"kept {len(kept)} entries of {options.out} as they are")
     return path, version, winners, failed
+
+
+def _served_by(entry: Any) -> tuple[bool, Any]:
+    return bool(entry.get("admitted")), entry.get("plan") if entry.get("admitted") else None
+
+
+def kept_buckets(
+    old: Any,
+    entries: dict[tuple[Any, ...], Any],
+    provenance: dict[str, Any],
+    emit: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """The buckets of the table at ``--out`` that still hold without ``--buckets``: none if
+    this export runs on another device or torch/triton (they were verified there only);
+    otherwise those of the dims whose entries kept their plans. ``provenance`` then
+    records where the kept buckets were verified."""
+    from autotune.runtime.buckets import dims_of
+    from autotune.runtime.table import _major_minor
+
+    if old is None or not old.buckets:
+        return []
+    made = old.provenance.get("buckets") or {
+        "command": old.provenance.get("command"),
+        "commit": old.provenance.get("commit"),
+        "device": old.provenance.get("device", {}).get("name"),
+        "versions": old.provenance.get("versions", {}),
+    }
+    here = provenance.get("versions", {})
+    stack_differs = made.get("device") != provenance.get("device", {}).get("name") or any(
+        _major_minor(made.get("versions", {}).get(n)) != _major_minor(here.get(n))
+        for n in ("torch", "triton")
+    )
+    if stack_differs:
+        emit(
+            f"dropped the table's {len(old.buckets)} buckets: verified on {made.get('device')} "
+            f"with {made.get('versions')}, not here; rebuild them with --buckets"
+        )
+        return []
+    changed = {
+        dims_of(k)
+        for k in set(old.entries) | set(entries)
+        if _served_by(old.entries.get(k, {})) != _served_by(entries.get(k, {}))
+    }
+    keep = [dict(b) for b in old.buckets if tuple(b["dims"]) not in changed]
+    if len(keep) < len(old.buckets):
+        emit(
+            f"dropped {len(old.buckets) - len(keep)} buckets whose dims have entries that "
+            "changed plan; rebuild them with --buckets"
+        )
+    if keep:
+        provenance["buckets"] = made
+        emit(f"kept {len(keep)} buckets of the table as they are")
+    return keep
 
 
 def export_command(selection: ProfileSelection, options: ExportOptions) -> str:
