@@ -421,3 +421,13 @@ def test_captured_forwards_are_dropped_least_recently_used_first(monkeypatch) ->
     for x in (a, b, a, c):
         cand._graph_forward(x, None, "none", [])
     assert [g.shape for g in cand._graphs.values()] == [(1, 4, 32), (3, 4, 32)]
+
+
+def test_cells_the_reference_cannot_verify_whole_are_cut_to_what_it_can(monkeypatch) -> None:
+    import autotune.ship.buckets as sb
+
+    monkeypatch.setattr(sb, "_fits", lambda dims, b, s, device: b * s <= 64 * 300)
+    drafts = draft_buckets(ENTRIES, CPU, reasons=_short_only)
+    assert all(d.batch[1] * d.seq[1] <= 64 * 300 for d in drafts)
+    long = next(d for d in drafts if d.seq[1] == 1024)
+    assert long.batch == (1, 18)

@@ -21,9 +21,9 @@ Per group of entries with the same d_model, heads, FFN, layers, causality and dt
    noise everywhere. If it does not, the cell's next plan is tried; a rectangle no plan
    holds for gets no bucket (the reference serves it, or the opt-in gate).
 
-A rectangle that is a single shape is the entry itself and gets no bucket; shapes where
-the dense reference would need more than a quarter of the device's memory are left out
-(they cannot be verified here).
+A rectangle that is a single shape is the entry itself and gets no bucket; a cell where
+the dense reference would need more than a quarter of the device's memory is cut to the
+batch sizes where it does not (the rest cannot be verified here).
 """
 
 from __future__ import annotations
@@ -156,7 +156,13 @@ def draft_buckets(
         for i, (blo, bhi, bv) in enumerate(bcells):
             for j, (slo, shi, sv) in enumerate(scells):
                 if not _fits(dims, bhi, shi, device):
-                    continue
+                    if not _fits(dims, blo, shi, device):
+                        continue
+                    fits, over = blo, bhi  # the largest batch the reference can verify
+                    while over - fits > 1:
+                        mid = (fits + over) // 2
+                        fits, over = (mid, over) if _fits(dims, mid, shi, device) else (fits, mid)
+                    bhi, bv = fits, min(bv, fits)
                 corners = [(blo, slo), (blo, shi), (bhi, slo), (bhi, shi)]
                 nearest = min(points, key=lambda k: (shape_distance((bv, sv), k), k))
                 if points[nearest][0] is None:
