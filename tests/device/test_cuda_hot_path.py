@@ -134,3 +134,45 @@ def test_shipped_entries_are_free_of_host_synchronisation(path, case):
         finally:
             torch.cuda.set_sync_debug_mode(0)
         torch.cuda.synchronize()
+
+
+def _shipped_buckets():
+    if not torch.cuda.is_available():
+        return
+    device = detect_device("cuda")
+    for path in sorted((ROOT / "tables").glob("*.py")):
+        table = load_table(path)
+        if table.problems or compatibility_problems(table, device):
+            continue
+        for i, bucket in enumerate(table.buckets):
+            yield pytest.param(path, dict(bucket), id=f"{path.stem}-bucket{i}")
+
+
+@pytest.mark.parametrize(("path", "bucket"), list(_shipped_buckets()) or [pytest.param(None, None)])
+def test_bucket_plans_serve_an_unseen_shape_correctly_and_sync_free(path, bucket):
+    """A shape strictly inside each bucket (not a tuned key): served by the bucket's plan,
+    within the rule on a padded input, and its steady calls free of host synchronisation."""
+    if path is None:
+        pytest.skip("no table in tables/ with buckets is made for this device")
+    (blo, bhi), (slo, shi) = bucket["batch"], bucket["seq"]
+    d_model, heads, ffn, layers, causal = bucket["dims"][:5]
+    batch, seq = max(blo, min(bhi, (blo + bhi) // 3 + 1)), max(slo, min(shi, slo + 7))
+    config = TransformerConfig(batch, seq, d_model, heads, ffn, layers, causal=bool(causal))
+    model = DispatchedTransformer(config, table=path)
+    ref = build_reference(config, "cuda")
+    model.load_state_dict(ref.state_dict())
+    model = model.cuda().eval()
+    x, mask = generate_random_case(config, "cuda", seed=11, padding_ratio=0.3)
+    with serving():
+        route = model.explain(x, mask)
+        assert route.plan is not None and "bucket" in route.source, str(route)
+        _assert_close(model(x, mask), ref(x, mask))
+        model(x, mask)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                model(x, mask)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
