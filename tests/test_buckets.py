@@ -431,3 +431,24 @@ def test_cells_the_reference_cannot_verify_whole_are_cut_to_what_it_can(monkeypa
     assert all(d.batch[1] * d.seq[1] <= 64 * 300 for d in drafts)
     long = next(d for d in drafts if d.seq[1] == 1024)
     assert long.batch == (1, 18)
+
+
+def test_a_rectangle_no_plan_holds_across_is_verified_cell_by_cell(monkeypatch) -> None:
+    from autotune.ship.buckets import build_buckets
+
+    def fake(bench, plan, **kw):  # every plan fails at batch 64 seq 256: only that corner
+        big = bench.config.batch_size == 64 and bench.config.seq_len == 256
+        return _outcome(passed=not big)
+
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", fake)
+    monkeypatch.setattr(
+        "autotune.ship.buckets.draft_buckets",
+        lambda entries, device: draft_buckets(entries, device, reasons=_short_only),
+    )
+    lines: list[str] = []
+    buckets = build_buckets(ENTRIES, "cpu", False, CPU, isolate=False, emit=lines.append)
+    spans = {(tuple(b["batch"]), tuple(b["seq"])) for b in buckets}
+    assert ((1, 64), (32, 256)) not in spans  # the merged rectangle failed at its corner
+    assert ((1, 2), (32, 64)) in spans and ((3, 16), (65, 256)) in spans  # its cells hold
+    assert not any(b["batch"][1] == 64 and b["seq"][1] == 256 for b in buckets)
+    assert any("cells next" in line for line in lines)

@@ -18,8 +18,9 @@ Per group of entries with the same d_model, heads, FFN, layers, causality and dt
 4. Each rectangle's plan is verified at its four corners and its geometric centre: the
    selection gate (5 seeds + 5 padded seeds against the dense reference) and a timing
    against the reference; it must pass everywhere and beat the reference beyond the
-   noise everywhere. If it does not, the cell's next plan is tried; a rectangle no plan
-   holds for gets no bucket (the reference serves it, or the opt-in gate).
+   noise everywhere. If it does not, the cell's next plan is tried; a merged rectangle no
+   plan holds across is verified again cell by cell, and a cell no plan holds for gets no
+   bucket (the reference serves it, or the opt-in gate).
 
 A rectangle that is a single shape is the entry itself and gets no bucket; a cell where
 the dense reference would need more than a quarter of the device's memory is cut to the
@@ -50,6 +51,9 @@ class Draft:
     batch: tuple[int, int]
     seq: tuple[int, int]
     plans: tuple[tuple[Plan, str], ...]
+    # The cells merged into this rectangle, each with its own plans (empty: one cell). A
+    # rectangle no plan holds across is verified again cell by cell.
+    cells: tuple[Draft, ...] = ()
 
     def points(self) -> list[tuple[int, int]]:
         """Where the plan is verified: the corners and the geometric centre."""
@@ -192,21 +196,26 @@ def _merge(
     nb: int,
     ns: int,
 ) -> list[Draft]:
-    runs: list[tuple[int, int, int, int, list[tuple[Plan, str]]]] = []  # per seq row
+    def single(cell: tuple[int, int, int, int, list[tuple[Plan, str]]]) -> Draft:
+        return Draft(dims, (cell[0], cell[1]), (cell[2], cell[3]), tuple(cell[4]))
+
+    # [blo, bhi, slo, shi, plans, the cells' drafts], merged along batch per seq row
+    runs: list[list[Any]] = []
     for j in range(ns):
         current: list[Any] | None = None
         for i in range(nb):
             cell = cells.get((i, j))
             if current is not None and cell is not None and cell[4][0][0] == current[4][0][0]:
                 current[1] = cell[1]  # same first plan: the run grows along batch
+                current[5].append(single(cell))
                 continue
             if current is not None:
-                runs.append(tuple(current))  # type: ignore[arg-type]
-            current = list(cell) if cell is not None else None
+                runs.append(current)
+            current = [*cell, [single(cell)]] if cell is not None else None
         if current is not None:
-            runs.append(tuple(current))  # type: ignore[arg-type]
+            runs.append(current)
     merged: list[list[Any]] = []
-    for blo, bhi, slo, shi, plans in runs:  # rows in order: merge a run into the one below
+    for blo, bhi, slo, shi, plans, parts in runs:  # rows in order: merge into the one below
         below = next(
             (
                 m
@@ -217,9 +226,13 @@ def _merge(
         )
         if below is not None:
             below[3] = shi
+            below[5] += parts
         else:
-            merged.append([blo, bhi, slo, shi, plans])
-    return [Draft(dims, (m[0], m[1]), (m[2], m[3]), tuple(m[4])) for m in merged]
+            merged.append([blo, bhi, slo, shi, plans, list(parts)])
+    return [
+        Draft(dims, (m[0], m[1]), (m[2], m[3]), tuple(m[4]), tuple(m[5]) if len(m[5]) > 1 else ())
+        for m in merged
+    ]
 
 
 def draft_of(bucket: Mapping[str, Any]) -> Draft:
@@ -338,7 +351,8 @@ def build_buckets(
     buckets = []
     drafts = draft_buckets(entries, device)
     emit(f"buckets: {len(drafts)} rectangles to verify")
-    for draft in drafts:
+    while drafts:
+        draft = drafts.pop(0)
         job = VerifyJob(draft, profile, emulated)
         result, problem = call_isolated(verify_draft, job) if isolate else (verify_draft(job), "")
         if result is None:
@@ -347,6 +361,11 @@ def build_buckets(
         bucket, notes = result
         for line in notes:
             emit(f"bucket {draft.label()}: {line}")
+        if bucket is None and draft.cells:
+            cells = len(draft.cells)
+            emit(f"bucket {draft.label()}: no plan holds across it; its {cells} cells next")
+            drafts[:0] = list(draft.cells)
+            continue
         if bucket is None:
             emit(f"bucket {draft.label()}: no plan holds across it; no bucket")
             continue
