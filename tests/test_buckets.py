@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+# Modules that bind evaluate_plan at import are imported first, so that the tests that
+# patch autotune.evaluate.evaluate_plan never leave a fake bound in them.
+import autotune.tools.validate  # noqa: F401
 from autotune.core.cases import select_cases, shape_grid
 from autotune.core.device import DeviceInfo, detect_device, software_versions
 from autotune.core.outcome import Outcome, OutcomeKind, TimingStats
