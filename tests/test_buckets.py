@@ -455,3 +455,22 @@ def test_a_rectangle_no_plan_holds_across_is_verified_cell_by_cell(monkeypatch) 
     assert ((1, 2), (32, 64)) in spans and ((3, 16), (65, 256)) in spans  # its cells hold
     assert not any(b["batch"][1] == 64 and b["seq"][1] == 256 for b in buckets)
     assert any("cells next" in line for line in lines)
+
+
+def test_report_shows_buckets_and_the_unseen_shapes_of_this_table(tmp_path) -> None:
+    from autotune.tools.report import write_report
+    from autotune.tools.unseen import append_row
+
+    table = load_table(_table(tmp_path, [_bucket(HEADS)]))
+    csv_path = tmp_path / "unseen.csv"
+    for b, s, served, speedup in ((2, 20, "yes", 3.0), (12, 40, "no", 1.0)):
+        append_row(csv_path, {"batch": b, "seq": s, "served": served, "speedup": speedup,
+                              "failed_elements": 0, "table_hash": table.content_hash})  # fmt: skip
+    append_row(csv_path, {"batch": 3, "seq": 9, "served": "yes", "speedup": 9.0,
+                          "failed_elements": 5, "table_hash": "another table"})  # fmt: skip
+    path = write_report(profile="cpu", studies=[], table=table, bench_csv=None,
+                        out_dir=tmp_path / "rep", command="test", unseen_csv=csv_path)  # fmt: skip
+    text = path.read_text()
+    assert "## Buckets (shapes without an entry)" in text and "| 1-8 " in text
+    assert "1 of 2 unseen shapes (50%) served" in text and "0 failed elements" in text
+    assert (tmp_path / "rep" / "unseen.png").stat().st_size > 0

@@ -134,6 +134,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.notes and not Path(args.notes).is_file():
         raise ValueError(f"--notes {args.notes!r} does not exist; give a markdown file")
+    if args.unseen and not Path(args.unseen).is_file():
+        raise ValueError(f"--unseen {args.unseen!r} does not exist; give an 'autotune unseen' CSV")
     studies = profile_studies(open_storage(args.storage), args.gpu)
     table, table_path = _table_or_none(args.table, args.gpu)
     if not studies and table is None:
@@ -155,6 +157,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         command=command,
         notes=args.notes,
         efficiency=args.efficiency,
+        unseen_csv=args.unseen,
     )
     print(f"wrote {path}")
     return 0
@@ -286,6 +289,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--evaluations",
         metavar="JSON",
         help="instead: print markdown tables of 'autotune evaluate --json' records",
+    )
+    p.add_argument(
+        "--unseen",
+        metavar="CSV",
+        help="an 'autotune unseen' CSV: its rows for this table, summarised and drawn",
     )
     p.add_argument(
         "--efficiency",

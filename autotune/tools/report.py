@@ -354,6 +354,7 @@ def write_report(
     command: str,
     notes: str | Path | None = None,
     efficiency: list[str] | None = None,
+    unseen_csv: str | Path | None = None,
 ) -> Path:
     """A markdown page: tables (pandas) and figures (matplotlib), with provenance; a
     hand-written ``notes`` file (targets, misses, what would close them) is appended."""
@@ -504,6 +505,10 @@ def write_report(
             f"Total: {cost['trial seconds'].sum():.0f} s over {int(cost['trials'].sum())} trials.",
             "",
         ]
+    if table is not None and getattr(table, "buckets", ()):
+        lines += buckets_markdown(table)
+    if unseen_csv:
+        lines += unseen_markdown(unseen_csv, out, table)
     if efficiency:
         lines += efficiency_markdown(efficiency, out)
     if notes:
@@ -511,6 +516,94 @@ def write_report(
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def buckets_markdown(table: Any) -> list[str]:
+    """The table's buckets: ranges, plan, where it came from, and its evidence."""
+    rows = []
+    for b in table.buckets:
+        points = b.get("evidence", {}).get("points", [])
+        shares = [p.get("worst_budget_share") or 0.0 for p in points]
+        speedups = [p.get("speedup") or 0.0 for p in points]
+        d_model, heads, ffn, layers = b["dims"][:4]
+        rows.append(
+            {
+                "d_model/heads/FFN/layers": f"{d_model}/{heads}/{ffn}/{layers}",
+                "batch": f"{b['batch'][0]}-{b['batch'][1]}",
+                "seq": f"{b['seq'][0]}-{b['seq'][1]}",
+                "plan": b.get("plan_hash"),
+                "from": b.get("from"),
+                "points": len(points),
+                "worst share": max(shares) if shares else None,
+                "speedup min": min(speedups) if speedups else None,
+                "speedup max": max(speedups) if speedups else None,
+            }
+        )
+    return [
+        "## Buckets (shapes without an entry)",
+        "",
+        "Each bucket's plan passed the gate (5 + 5 padded seeds) and beat the reference at "
+        "the bucket's corners and centre on the device (`autotune buckets`).",
+        "",
+        pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"),
+        "",
+    ]
+
+
+def unseen_markdown(csv_path: str | Path, out: Path, table: Any) -> list[str]:
+    """``autotune unseen`` rows of this table: the summary line, a figure of the shapes
+    (served or not, speedup), and the rows."""
+    from autotune.tools.unseen import summary
+
+    frame = pd.read_csv(csv_path)
+    if table is not None and "table_hash" in frame:
+        frame = frame[frame["table_hash"] == table.content_hash]
+    if frame.empty:
+        return ["## Unseen shapes", "", f"No rows of this table in `{csv_path}`.", ""]
+    rows = frame.astype(object).where(frame.notna(), "").to_dict("records")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    served = frame[frame["served"] == "yes"]
+    other = frame[frame["served"] != "yes"]
+    points = ax.scatter(served["batch"], served["seq"], c=served["speedup"], cmap="viridis")
+    if not other.empty:
+        ax.scatter(other["batch"], other["seq"], marker="x", color="red", label="reference")
+        ax.legend()
+    fig.colorbar(points, ax=ax, label="speedup over the reference")
+    ax.set(xscale="log", yscale="log", xlabel="batch", ylabel="sequence length")
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
+    if table is not None:  # the buckets of these dims, drawn as rectangles
+        from matplotlib.patches import Rectangle
+
+        dims = None
+        for b in table.buckets:
+            dims = dims or tuple(b["dims"])
+            if tuple(b["dims"]) == dims:
+                (b0, b1), (s0, s1) = b["batch"], b["seq"]
+                ax.add_patch(Rectangle((b0, s0), b1 - b0 + 1, s1 - s0 + 1, fill=False,
+                                       linestyle=":", color="grey"))  # fmt: skip
+        ax.set_xlim(0.8, max(frame["batch"]) * 1.3)
+        ax.set_ylim(min(frame["seq"]) * 0.8, max(frame["seq"]) * 1.3)
+    ax.set_title("Unseen shapes served by the table (dotted: buckets)")
+    fig.tight_layout()
+    fig.savefig(out / "unseen.png", dpi=110)
+    plt.close(fig)
+    cols = ["batch", "seq", "served", "source", "speedup", "failed_elements", "worst_share",
+            "vs_tuned", "sync_free"]  # fmt: skip
+    return [
+        "## Unseen shapes",
+        "",
+        f"From `{csv_path}` (`autotune unseen`): " + summary(rows) + ".",
+        "",
+        "![unseen](unseen.png)",
+        "",
+        frame[[c for c in cols if c in frame]].to_markdown(index=False, floatfmt=".3g"),
+        "",
+    ]
 
 
 def profile_studies(storage: Any, profile: str, case: str | None = None) -> list[Any]:
