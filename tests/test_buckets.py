@@ -289,6 +289,7 @@ def test_buckets_command_verifies_on_the_cpu_and_keeps_the_entries(tmp_path, mon
     assert after.version == before.version + 1 and dict(after.entries) == dict(before.entries)
     assert len(after.buckets) == len(draft_buckets(entries, CPU)) > 0
     assert "buckets" in after.provenance and after.usable
+    assert after.provenance["buckets"]["device"] == "cpu"  # as export names it: kept later
 
 
 @pytest.mark.parametrize(
@@ -474,3 +475,22 @@ def test_report_shows_buckets_and_the_unseen_shapes_of_this_table(tmp_path) -> N
     assert "## Buckets (shapes without an entry)" in text and "| 1-8 " in text
     assert "1 of 2 unseen shapes (50%) served" in text and "0 failed elements" in text
     assert (tmp_path / "rep" / "unseen.png").stat().st_size > 0
+
+
+def test_a_rectangle_whose_process_died_is_tried_cell_by_cell(monkeypatch) -> None:
+    from autotune.ship.buckets import build_buckets
+
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: _outcome())
+    monkeypatch.setattr(
+        "autotune.ship.buckets.draft_buckets",
+        lambda entries, device: draft_buckets(entries, device, reasons=_short_only),
+    )
+
+    def isolated(fn, job):  # a merged rectangle's child dies (a device fault)
+        return (None, "exit code -11") if job.draft.cells else (fn(job), "")
+
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", isolated)
+    buckets = build_buckets(ENTRIES, "cpu", False, CPU, emit=lambda line: None)
+    spans = {(tuple(b["batch"]), tuple(b["seq"])) for b in buckets}
+    assert ((1, 2), (32, 64)) in spans and ((1, 64), (32, 256)) not in spans
+    assert all(b["batch"][0] != b["batch"][1] or b["seq"][0] != b["seq"][1] for b in buckets)

@@ -157,8 +157,9 @@ def draft_buckets(
                               device, reasons)  # fmt: skip
         scells = axis_cells(seqs, cuts)
         cells: dict[tuple[int, int], tuple[int, int, int, int, list[tuple[Plan, str]]]] = {}
-        for i, (blo, bhi, bv) in enumerate(bcells):
+        for i, (blo, bhi_cell, bv_cell) in enumerate(bcells):
             for j, (slo, shi, sv) in enumerate(scells):
+                bhi, bv = bhi_cell, bv_cell
                 if not _fits(dims, bhi, shi, device):
                     if not _fits(dims, blo, shi, device):
                         continue
@@ -187,7 +188,7 @@ def draft_buckets(
                 if cell_plans:
                     cells[(i, j)] = (blo, bhi, slo, shi, cell_plans)
         drafts += _merge(dims, cells, len(bcells), len(scells))
-    return [d for d in drafts if d.batch[0] != d.batch[1] or d.seq[0] != d.seq[1]]
+    return _proper(drafts)
 
 
 def _merge(
@@ -233,6 +234,11 @@ def _merge(
         Draft(dims, (m[0], m[1]), (m[2], m[3]), tuple(m[4]), tuple(m[5]) if len(m[5]) > 1 else ())
         for m in merged
     ]
+
+
+def _proper(drafts: tuple[Draft, ...] | list[Draft]) -> list[Draft]:
+    """Drafts that are more than one shape (a single shape is its entry, not a bucket)."""
+    return [d for d in drafts if d.batch[0] != d.batch[1] or d.seq[0] != d.seq[1]]
 
 
 def draft_of(bucket: Mapping[str, Any]) -> Draft:
@@ -356,7 +362,9 @@ def build_buckets(
         job = VerifyJob(draft, profile, emulated)
         result, problem = call_isolated(verify_draft, job) if isolate else (verify_draft(job), "")
         if result is None:
-            emit(f"bucket {draft.label()}: not verified ({problem}); no bucket")
+            emit(f"bucket {draft.label()}: not verified ({problem})")
+            if draft.cells:  # a crash or device fault: its cells are tried one by one
+                drafts[:0] = _proper(draft.cells)
             continue
         bucket, notes = result
         for line in notes:
@@ -364,7 +372,7 @@ def build_buckets(
         if bucket is None and draft.cells:
             cells = len(draft.cells)
             emit(f"bucket {draft.label()}: no plan holds across it; its {cells} cells next")
-            drafts[:0] = list(draft.cells)
+            drafts[:0] = _proper(draft.cells)
             continue
         if bucket is None:
             emit(f"bucket {draft.label()}: no plan holds across it; no bucket")

@@ -145,7 +145,8 @@ def add_buckets(
             "command": f"autotune buckets --table {table.source} --gpu {selection.profile.name}"
             + (" --emulate" if selection.emulated else ""),
             "commit": env["commit"],
-            "device": env["device"].get("name"),
+            # as table_provenance names it ("cpu" for any CPU), which kept_buckets compares
+            "device": "cpu" if env["device"].get("type") == "cpu" else env["device"].get("name"),
             "versions": env["versions"],
         }
     }
