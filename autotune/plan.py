@@ -240,6 +240,17 @@ KNOBS: tuple[Knob, ...] = (
         choices=(2, 4, 8),
         group="kernels",
     ),
+    Knob(
+        "mask_bounds",
+        False,
+        "fused_layer=rows with a token mask: one launch per forward finds each sequence's "
+        "all-valid key prefix and last valid key on the device; the flash attention skips "
+        "the mask inside the prefix and every key block past the last valid key (the same "
+        "result)",
+        choices=(False, True),
+        needs={True: "fused_layer=rows"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -273,6 +284,7 @@ class Plan:
     fused_layer: str = "none"
     row_block: int = 32
     row_warps: int = 4
+    mask_bounds: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

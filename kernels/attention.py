@@ -51,6 +51,8 @@ __all__ = [
     "attention",
     "attention_reference",
     "estimate_shared_memory_bytes",
+    "key_mask_bounds",
+    "key_mask_bounds_reference",
     "not_supported_reasons",
 ]
 
@@ -184,6 +186,7 @@ def _attention_fwd_kernel(
     o_ptr,
     key_lengths_ptr,
     key_mask_ptr,
+    key_bounds_ptr,
     stride_mb,
     stride_qb,
     stride_qs,
@@ -204,6 +207,7 @@ def _attention_fwd_kernel(
     CAUSAL: tl.constexpr,
     HAS_KEY_LENGTHS: tl.constexpr,
     HAS_KEY_MASK: tl.constexpr,
+    HAS_KEY_BOUNDS: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -251,8 +255,17 @@ def _attention_fwd_kernel(
         hi = kv_len
         full_hi = kv_len
     full_hi = (full_hi // BLOCK_N) * BLOCK_N
-    if HAS_KEY_MASK:  # any key may be masked: every block takes the masked step
-        full_hi = 0
+    if HAS_KEY_MASK:
+        if HAS_KEY_BOUNDS:
+            # key_mask_bounds: keys [0, prefix) are all valid, keys >= end all masked.
+            # Blocks inside the prefix take the unmasked step, blocks past the end are
+            # skipped (a fully masked block adds exactly nothing): the same result.
+            prefix = tl.load(key_bounds_ptr + off_b * 2).to(tl.int32)
+            end = tl.load(key_bounds_ptr + off_b * 2 + 1).to(tl.int32)
+            hi = tl.minimum(hi, end)
+            full_hi = tl.minimum(full_hi, (prefix // BLOCK_N) * BLOCK_N)
+        else:  # any key may be masked: every block takes the masked step
+            full_hi = 0
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -439,6 +452,62 @@ def not_supported_reasons(
 # --------------------------------------------------------------------------------------
 # Launcher
 # --------------------------------------------------------------------------------------
+@triton.jit
+def _key_bounds_kernel(mask_ptr, out_ptr, seq_len, stride_mb, BLOCK: tl.constexpr):
+    """Per sequence: the first masked key (``seq_len`` if none) and one past the last
+    valid key (0 if none)."""
+    b = tl.program_id(0).to(tl.int64)
+    first_masked = tl.full([], 0, tl.int32) + seq_len
+    end = tl.full([], 0, tl.int32)
+    for start in range(0, seq_len, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        inside = offs < seq_len
+        valid = tl.load(mask_ptr + b * stride_mb + offs, mask=inside, other=0) != 0
+        first_masked = tl.minimum(first_masked, tl.min(tl.where(inside & ~valid, offs, seq_len), 0))
+        end = tl.maximum(end, tl.max(tl.where(inside & valid, offs + 1, 0), 0))
+    tl.store(out_ptr + b * 2, first_masked)
+    tl.store(out_ptr + b * 2 + 1, end)
+
+
+def key_mask_bounds_reference(key_mask: torch.Tensor) -> torch.Tensor:
+    """``[B, 2]`` int32: per sequence the length of its all-valid key prefix and one past
+    its last valid key (PyTorch, the kernel's reference)."""
+    batch, seq_len = key_mask.shape
+    pos = torch.arange(seq_len, device=key_mask.device)
+    first = torch.where(~key_mask, pos, seq_len).amin(1) if seq_len else pos.new_zeros(batch)
+    end = torch.where(key_mask, pos + 1, 0).amax(1) if seq_len else pos.new_zeros(batch)
+    return torch.stack([first, end], 1).to(torch.int32)
+
+
+def key_mask_bounds(key_mask: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B, 2]`` int32 on the mask's device, for ``attention(..., key_bounds=)``: one
+    launch, no host synchronisation (safe inside CUDA graph capture)."""
+    if key_mask.dim() != 2:
+        raise ValueError(f"key_mask has shape {tuple(key_mask.shape)}; pass a bool [B, S]")
+    batch, seq_len = key_mask.shape
+    mask_bytes = _key_mask_bytes(key_mask, batch, seq_len)
+    if out is None:
+        out = torch.empty((batch, 2), device=key_mask.device, dtype=torch.int32)
+    elif out.shape != (batch, 2) or out.dtype != torch.int32 or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous int32 ({batch}, 2) tensor")
+    if batch == 0:
+        return out
+    check_launch_device(_key_bounds_kernel, {"key_mask": mask_bytes, "out": out})
+    block = min(1024, next_power_of_2(max(seq_len, 16)))
+    _key_bounds_kernel[(batch,)](mask_bytes, out, seq_len, mask_bytes.stride(0), BLOCK=block)
+    return out
+
+
+def _check_key_bounds(key_bounds: torch.Tensor, batch: int) -> None:
+    if key_bounds.dtype != torch.int32 or tuple(key_bounds.shape) != (batch, 2):
+        raise ValueError(
+            f"key_bounds has dtype {key_bounds.dtype} and shape {tuple(key_bounds.shape)}; "
+            f"pass key_mask_bounds(key_mask): int32 ({batch}, 2)"
+        )
+    if not key_bounds.is_contiguous():
+        raise ValueError("key_bounds must be contiguous")
+
+
 def _check_key_lengths(key_lengths: torch.Tensor, batch: int) -> None:
     if key_lengths.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"key_lengths has dtype {key_lengths.dtype}; pass int32 or int64")
@@ -472,6 +541,7 @@ def attention(
     causal: bool,
     key_lengths: torch.Tensor | None = None,
     key_mask: torch.Tensor | None = None,
+    key_bounds: torch.Tensor | None = None,
     scale: float | None = None,
     out: torch.Tensor | None = None,
     block_m: int = 64,
@@ -485,6 +555,9 @@ def attention(
     ``key_lengths`` [B]: keys at or past a row's length are masked (right padding).
     ``key_mask`` [B, S] bool (True = a real token): any key may be masked, exactly the
     reference's key mask, whatever its pattern; it is read on the device (no host sync).
+    ``key_bounds`` (``key_mask_bounds(key_mask)``, with a key mask only): key blocks inside
+    each sequence's all-valid prefix skip the mask, blocks past its last valid key are
+    skipped; the result is the same.
     Query rows with no valid key at all give 0 here where the reference gives NaN. The
     launcher does not synchronise the device (safe to use inside CUDA graph capture); it
     does not check that ``out`` does not alias k or v.
@@ -513,6 +586,11 @@ def attention(
     if key_mask is not None:
         mask_bytes = _key_mask_bytes(key_mask, batch, seq_len)
         tensors["key_mask"] = mask_bytes
+    if key_bounds is not None:
+        if key_mask is None:
+            raise ValueError("key_bounds without key_mask: pass the mask they were made from")
+        _check_key_bounds(key_bounds, batch)
+        tensors["key_bounds"] = key_bounds
     check_launch_device(_attention_fwd_kernel, tensors)
     check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
     scale = head_dim**-0.5 if scale is None else float(scale)
@@ -529,6 +607,7 @@ def attention(
         out,
         key_lengths if key_lengths is not None else q,
         mask_bytes if mask_bytes is not None else q,
+        key_bounds if key_bounds is not None else q,
         mask_bytes.stride(0) if mask_bytes is not None else 0,
         q.stride(0),
         q.stride(1),
@@ -549,6 +628,7 @@ def attention(
         CAUSAL=bool(causal),
         HAS_KEY_LENGTHS=key_lengths is not None,
         HAS_KEY_MASK=mask_bytes is not None,
+        HAS_KEY_BOUNDS=key_bounds is not None,
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_D=block_d,

@@ -139,6 +139,9 @@ class Tiling:
     num_stages: int = 2
     row_block: int = 32
     row_warps: int = 4
+    # rows: the flash attention takes key_mask_bounds (computed once per forward) when
+    # there is a key mask: no mask work inside each sequence's all-valid prefix.
+    mask_bounds: bool = False
 
 
 def ffn_chunk(d_model: int, ffn_dim: int) -> int:
@@ -625,6 +628,7 @@ def _launch_layer(
     gemm_precision: str,
     attn_precision: str,
     key_mask: torch.Tensor | None,
+    key_bounds: torch.Tensor | None = None,
 ) -> None:
     """One layer: ``out = layer(x)`` (``out`` may be ``x``: the last kernel reads and
     writes only its own rows, after the attention has read all of ``x``)."""
@@ -697,6 +701,7 @@ def _launch_layer(
             v,
             causal=causal,
             key_mask=key_mask,
+            key_bounds=key_bounds,
             out=ctx.view(batch, seq_len, num_heads, head_dim),
             block_m=tiling.block_m,
             block_n=tiling.block_n,
@@ -792,6 +797,8 @@ def layer_stack(
     if errors:
         raise ValueError("; ".join(errors))
     mask_bytes = None if key_mask is None else _mask_bytes(key_mask, batch, seq_len)
+    if tiling.mask_bounds and variant != "rows":
+        raise ValueError("tiling.mask_bounds applies to variant='rows' only")
     if out is None:
         out = torch.empty_like(x)
     elif (
@@ -815,6 +822,9 @@ def layer_stack(
     if variant == "rows":
         qkv_dtype = _DTYPES.get(attn_precision, torch.float32)
         qkv = torch.empty((batch, seq_len, 3 * d_model), device=x.device, dtype=qkv_dtype)
+    bounds = None
+    if tiling.mask_bounds and key_mask is not None:
+        bounds = flash.key_mask_bounds(key_mask)  # one launch, for every layer
     current = x
     for i, w in enumerate(layers):
         last = i == len(layers) - 1
@@ -833,6 +843,7 @@ def layer_stack(
             gemm_precision=gemm_precision,
             attn_precision=attn_precision,
             key_mask=key_mask,
+            key_bounds=bounds,
         )
         current = out
     return out

@@ -18,6 +18,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -94,11 +95,14 @@ class AttentionCase:
     block_m: int = 16
     block_n: int = 16
     key_mask: bool = False  # a general [B, S] key mask (any pattern), read on the device
+    # with key_mask: a valid prefix, holes after it and a masked tail, and key_mask_bounds
+    bounds: bool = False
 
     @property
     def name(self) -> str:
         mask = "causal" if self.causal else "full"
         pad = "-padded" if self.padded else ("-masked" if self.key_mask else "")
+        pad += "-bounds" if self.bounds else ""
         return (
             f"attention/{mask}{pad}/B{self.batch}-S{self.seq_len}-H{self.num_heads}-"
             f"hd{self.head_dim}/bm{self.block_m}-bn{self.block_n}/{self.precision}"
@@ -120,6 +124,10 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
     if case.key_mask:  # holes anywhere; key 0 kept so every causal row sees a key
         key_mask = torch.rand(b, s, generator=gen) < 0.6
         key_mask[:, 0] = True
+        if case.bounds:  # prefixes of 0, 1 and 2 blocks, a masked tail on the last row
+            for row in range(b):
+                key_mask[row, : row * case.block_n + 1] = True
+            key_mask[-1, s - 9 :] = False
     q, k, v = qkv.view(b, s, 3, h, hd).unbind(2)
     reference = attention_reference(
         q, k, v, causal=case.causal, key_lengths=key_lengths, key_mask=key_mask
@@ -127,13 +135,25 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
 
     q_dev, k_dev, v_dev = qkv.to(device).view(b, s, 3, h, hd).unbind(2)
     out = torch.full((b, s, h * hd), float("nan"), device=device)
+    mask_dev = None if key_mask is None else key_mask.to(device)
+    bounds = None
+    if case.bounds:
+        from kernels.attention import key_mask_bounds, key_mask_bounds_reference
+
+        assert mask_dev is not None
+        bounds = key_mask_bounds(mask_dev)
+        want = key_mask_bounds_reference(key_mask)  # type: ignore[arg-type]
+        if not torch.equal(bounds.cpu(), want):
+            got = bounds.cpu().tolist()
+            return CheckResult(False, math.inf, f"key_mask_bounds {got} != {want.tolist()}")
     attention(
         q_dev,
         k_dev,
         v_dev,
         causal=case.causal,
         key_lengths=None if key_lengths is None else key_lengths.to(device),
-        key_mask=None if key_mask is None else key_mask.to(device),
+        key_mask=mask_dev,
+        key_bounds=bounds,
         out=out.view(b, s, h, hd),
         block_m=case.block_m,
         block_n=case.block_n,
@@ -153,6 +173,8 @@ ATTENTION_CASES = (
     AttentionCase(2, 37, 1, 8, causal=False, precision="bf16", padded=True),
     AttentionCase(2, 37, 2, 32, causal=True, precision="fp16", key_mask=True, block_n=32),
     AttentionCase(2, 45, 2, 24, causal=False, precision="tf32", key_mask=True),
+    AttentionCase(3, 45, 2, 32, causal=True, precision="fp16", key_mask=True, bounds=True),
+    AttentionCase(3, 45, 2, 24, causal=False, precision="ieee", key_mask=True, bounds=True),
 )
 
 
@@ -371,9 +393,12 @@ def _run_layer(
     if padding == "padded":
         lengths = torch.tensor([s, s - 6, 1])
         mask = (torch.arange(s)[None] < lengths[:, None]).to(device)
-    elif padding == "masked":
+    elif padding in ("masked", "masked-bounds"):
         holes = torch.rand(b, s, generator=gen) < 0.6
         holes[:, 0] = True
+        if padding == "masked-bounds":  # a valid prefix of a block, then holes and a tail
+            holes[:, :17] = True
+            holes[-1, s - 5 :] = False
         mask = holes.to(device)
     if mask is not None:
         x = x.masked_fill(~mask[..., None], 0.0)
@@ -388,7 +413,9 @@ def _run_layer(
             causal=causal,
             key_mask=mask,
             variant=variant,
-            tiling=Tiling(block_m=16, block_n=16, row_block=16),
+            tiling=Tiling(
+                block_m=16, block_n=16, row_block=16, mask_bounds=padding == "masked-bounds"
+            ),
             gemm_precision=precision,
             attn_precision=precision,
         )
@@ -490,6 +517,7 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("heads", "fp16", "masked", False),
         ("rows", "ieee", "masked", True),
         ("rows", "fp16", "padded", True),
+        ("rows", "fp16", "masked-bounds", True),
     )
     for variant, precision, padding, causal in layer_cases if reference else ():
         name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (

@@ -253,6 +253,11 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     reasons = not_supported_reasons(layer, long, cpu_device)
     assert any("use fused_layer=rows" in r for r in reasons), reasons
     assert not_supported_reasons(layer.replace(fused_layer="rows"), long, cpu_device) == []
+    bounded = layer.replace(fused_layer="rows", mask_bounds=True)
+    assert not_supported_reasons(bounded, long, cpu_device) == []
+    for other in ({"fused_layer": "heads"}, {"fused_layer": "none"}):
+        reasons = not_supported_reasons(bounded.replace(**other), cfg, cpu_device)
+        assert any("mask_bounds=True applies to" in r for r in reasons), (other, reasons)
 
 
 def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:

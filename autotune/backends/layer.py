@@ -25,6 +25,13 @@ class FusedLayerFamily(BlockBackend):
 class NoFusedLayer(FusedLayerFamily):
     value = "none"
 
+    def reasons(
+        self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
+    ) -> list[str]:
+        if plan.mask_bounds:
+            return ["mask_bounds=True applies to fused_layer=rows; set fused_layer=rows"]
+        return []
+
 
 def tiling(plan: Any) -> Any:
     """The plan's launch settings: attention tiles and the row kernels' block and warps."""
@@ -37,6 +44,7 @@ def tiling(plan: Any) -> Any:
         num_stages=plan.attn_stages,
         row_block=plan.row_block,
         row_warps=plan.row_warps,
+        mask_bounds=plan.mask_bounds,
     )
 
 
@@ -57,6 +65,11 @@ class _FusedLayer(FusedLayerFamily):
             reasons.append(
                 f"fused_layer={self.value} runs the project's Triton attention: set "
                 f"attention=triton (its tiles and attn_precision apply), got {plan.attention}"
+            )
+        if plan.mask_bounds and self.value != "rows":
+            reasons.append(
+                f"mask_bounds=True applies to the flash attention of fused_layer=rows; "
+                f"fused_layer={self.value} reads each key's mask byte in its own kernel"
             )
         for knob in ("compile", "batch_chunk", "host_io", "query_chunk"):
             if getattr(plan, knob) not in ("none", 0, False):

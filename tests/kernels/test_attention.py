@@ -18,6 +18,8 @@ from kernels.attention import (
     attention,
     attention_reference,
     estimate_shared_memory_bytes,
+    key_mask_bounds,
+    key_mask_bounds_reference,
     not_supported_reasons,
 )
 
@@ -409,3 +411,51 @@ def test_half_inputs_with_a_float_precision_are_refused_naming_the_dtype() -> No
     q = torch.randn(1, 16, 1, 16).half()
     with pytest.raises(ValueError, match=r"torch.float16.*precision='tf32'"):
         attention(q, q, q, causal=True, precision="tf32", block_m=16, block_n=16)
+
+
+def _masks(batch: int, seq_len: int, seed: int) -> torch.Tensor:
+    """All valid, a valid prefix then holes, a masked tail, nothing valid, holes at 0."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = torch.rand(batch, seq_len, generator=gen) < 0.7
+    mask[0] = True
+    mask[1, :20] = True
+    mask[2, seq_len - 11 :] = False
+    mask[3] = False
+    mask[4, 0] = False
+    return mask
+
+
+def test_key_mask_bounds_match_their_reference(device: str) -> None:
+    for seq_len in (1, 17, 45, 130):
+        mask = _masks(5, seq_len, seed=seq_len)
+        got = key_mask_bounds(mask.to(device)).cpu()
+        want = key_mask_bounds_reference(mask)
+        assert torch.equal(got, want), (seq_len, got.tolist(), want.tolist())
+    assert key_mask_bounds_reference(torch.ones(2, 9, dtype=torch.bool)).tolist() == [[9, 9]] * 2
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("block_m", "block_n"), [(16, 16), (32, 16), (16, 32)])
+def test_key_bounds_leave_the_result_unchanged(
+    device: str, causal: bool, block_m: int, block_n: int
+) -> None:
+    q, k, v = to_device(device, *packed_qkv(5, 45, 2, 16, seed=3))
+    mask = _masks(5, 45, seed=4).to(device)
+    kwargs = dict(causal=causal, key_mask=mask, block_m=block_m, block_n=block_n, precision="ieee")
+    plain = attention(q, k, v, **kwargs)
+    bounded = attention(q, k, v, key_bounds=key_mask_bounds(mask), **kwargs)
+    assert torch.equal(plain, bounded)
+    ref = attention_reference(q.cpu(), k.cpu(), v.cpu(), causal=causal, key_mask=mask.cpu())
+    ok = ref.isfinite()  # query rows with no valid key: 0 here, NaN in the reference
+    assert torch.allclose(bounded.cpu()[ok], ref[ok], atol=1e-4, rtol=1e-4)
+
+
+def test_key_bounds_launcher_errors(device: str) -> None:
+    q, k, v = to_device(device, *packed_qkv(2, 16, 2, 16))
+    mask = torch.ones(2, 16, dtype=torch.bool, device=device)
+    with pytest.raises(ValueError, match="key_bounds without key_mask"):
+        attention(q, k, v, causal=True, key_bounds=key_mask_bounds(mask))
+    with pytest.raises(ValueError, match=r"pass key_mask_bounds\(key_mask\): int32 \(2, 2\)"):
+        attention(q, k, v, causal=True, key_mask=mask, key_bounds=torch.zeros(2, 2, device=device))
+    with pytest.raises(ValueError, match="pass a bool"):
+        key_mask_bounds(torch.ones(16, device=device, dtype=torch.bool))

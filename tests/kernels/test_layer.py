@@ -207,3 +207,26 @@ def test_shared_memory_estimate_grows_with_tiles_and_refuses_past_the_limit() ->
         "shared memory" in r
         for r in _reasons(d_model=256, num_heads=2, ffn_dim=256, seq_len=256, tiling=huge)
     )
+
+
+def test_rows_with_mask_bounds_give_the_same_output(device: str) -> None:
+    from autotune.core.reference import TransformerConfig, build_reference, generate_random_case
+    from kernels.block import weights_from_model
+    from kernels.layer import layer_stack, prepare_layer_weights
+
+    cfg = TransformerConfig(3, 37, 40, 5, 72, 2, causal=True)
+    ref = build_reference(cfg)
+    x, mask = generate_random_case(cfg, seed=2, padding_ratio=0.3)
+    mask[0, 4] = False  # a hole inside the first sequence's prefix
+    layers, final = weights_from_model(ref)
+    weights = [prepare_layer_weights(w, "fp16") for w in layers]
+    x, mask = x.to(device), mask.to(device)
+
+    def run(bounds: bool, variant: str = "rows"):
+        tiling = Tiling(block_m=16, block_n=16, row_block=16, mask_bounds=bounds)
+        return layer_stack(x, weights, final, num_heads=5, causal=True, key_mask=mask,
+                           variant=variant, tiling=tiling)  # fmt: skip
+
+    assert torch.equal(run(True), run(False))
+    with pytest.raises(ValueError, match="mask_bounds applies to variant='rows' only"):
+        run(True, "heads")
