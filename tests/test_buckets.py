@@ -494,3 +494,20 @@ def test_a_rectangle_whose_process_died_is_tried_cell_by_cell(monkeypatch) -> No
     spans = {(tuple(b["batch"]), tuple(b["seq"])) for b in buckets}
     assert ((1, 2), (32, 64)) in spans and ((1, 64), (32, 256)) not in spans
     assert all(b["batch"][0] != b["batch"][1] or b["seq"][0] != b["seq"][1] for b in buckets)
+
+
+def test_unseen_records_what_served_each_shape_with_and_without_the_gate(tmp_path) -> None:
+    from autotune.tools.unseen import run_unseen
+
+    path = _table(tmp_path, [_bucket(HEADS, batch=(1, 4), seq=(8, 64))])
+    base = select_cases("smoke-1")[0]
+    common = dict(count=3, batch=(1, 6), seq=(8, 64), seed=0, storage_url=None, isolate=False)
+    plain = run_unseen(str(path), base, "cpu", False, csv_path=None, **common, emit=print)
+    gated = run_unseen(str(path), base, "cpu", False, csv_path=tmp_path / "g.csv",
+                       gate_unseen=True, **common, emit=print)  # fmt: skip
+    outside = [i for i, r in enumerate(plain) if r["served"] == "no"]
+    assert outside, "the draw has a shape outside the bucket"
+    for i in outside:
+        assert "gate on first use" in gated[i]["source"] and gated[i]["served"] == "yes"
+    assert all(r["failed_elements"] == 0 for r in plain + gated)
+    assert len(load_table(path).buckets) == 1  # the table is never written

@@ -199,6 +199,7 @@ def cmd_unseen(args: argparse.Namespace) -> int:
         csv_path=Path(args.csv) if args.csv else None,
         storage_url=args.storage if args.tuned else None,
         isolate=not args.in_process,
+        gate_unseen=args.gate_unseen,
         emit=lambda line: print(line, flush=True),
     )
     print(summary(rows))
@@ -338,6 +339,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="time each shape's own tuned plan too, where --storage has a study of it",
     )
     add_storage(p)
+    p.add_argument(
+        "--gate-unseen",
+        action="store_true",
+        help="build the dispatcher with gate_unseen=True: a shape outside every bucket gets "
+        "the one-time gate of the nearest plan on its first call",
+    )
     p.add_argument("--list", action="store_true", help="print the shapes as a --cases spec")
     p.add_argument("--in-process", action="store_true", help="no child process per shape")
     p.set_defaults(func=cmd_unseen)

@@ -5,7 +5,9 @@ of a case; none of them a key of the table) are each run in a process of their o
 table's dispatcher (``DispatchedTransformer``: an entry, a bucket, or the reference)
 against the reference on 5 seeds + 5 padded seeds (every failed element counted), then
 timed interleaved with the reference; on CUDA its steady calls run under
-``torch.cuda.set_sync_debug_mode("error")``. Where a study of that exact shape exists in
+``torch.cuda.set_sync_debug_mode("error")``. With ``gate_unseen`` the dispatcher may gate
+a plan for a shape outside every bucket on its first call (the route records the verdict).
+Where a study of that exact shape exists in
 ``--storage``, its best plan is timed in the same run: how close the bucket comes to a
 plan tuned for the shape. One CSV row per shape, appended as it ends (a rerun skips the
 shapes the CSV holds), and a summary line.
@@ -18,6 +20,7 @@ import dataclasses
 import math
 import random
 import statistics
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +84,7 @@ class ShapeJob:
     key: tuple[Any, ...]
     tuned_plan: dict[str, Any] | None
     tuned_from: str
+    gate_unseen: bool = False  # the dispatcher's opt-in one-time gate for shapes outside buckets
 
 
 def measure_shape(job: ShapeJob) -> dict[str, Any]:
@@ -105,7 +109,7 @@ def measure_shape(job: ShapeJob) -> dict[str, Any]:
     case = Case(f"unseen-{b}x{s}", config, classify_regime(config))
     bench = CaseBench(case, device, reference="dense")  # the whole batch, never a subset
     where = device.torch_device
-    model = DispatchedTransformer(config, table=job.table)
+    model = DispatchedTransformer(config, table=job.table, gate_unseen=job.gate_unseen)
     model.load_state_dict(bench.state_dict)
     model = model.to(where).eval()
     cuda = where.type == "cuda"
@@ -113,7 +117,11 @@ def measure_shape(job: ShapeJob) -> dict[str, Any]:
     worst = 0.0
     with serving():
         x, mask = bench.timing_inputs()
-        route = model.explain(x, mask)
+        with warnings.catch_warnings():  # the gate's verdict is this row's route
+            warnings.simplefilter("ignore")
+            model(x, mask)  # the first call: resolves the route (and gates, if asked)
+        route = model.last_route
+        assert route is not None
         for padding in (0.0, 0.25):
             for seed in ACCURACY_SEEDS:
                 xs, ms = generate_random_case(config, where, torch.float32, seed, padding)
@@ -257,6 +265,7 @@ def run_unseen(
     csv_path: Path | None,
     storage_url: str | None,
     isolate: bool = True,
+    gate_unseen: bool = False,
     emit: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Measure ``count`` unseen shapes (resuming from ``csv_path``); returns every row of
@@ -284,7 +293,7 @@ def run_unseen(
             continue
         key = (b, s, *dims)
         plan, origin = tuned.get(key, (None, ""))
-        job = ShapeJob(table_path, profile, emulated, key, plan, origin)
+        job = ShapeJob(table_path, profile, emulated, key, plan, origin, gate_unseen)
         row, problem = call_isolated(measure_shape, job) if isolate else (measure_shape(job), "")
         if row is None:
             row = {"batch": b, "seq": s, "route": f"error: {problem}", "served": "error",
