@@ -94,6 +94,9 @@ SPACE = {
         {"name": "attn_stages", "values": [1, 2, 3], "when": {"attention": ["triton"]}},
         {"name": "row_block", "values": [16, 32, 64, 128], "when": {"fused_layer": _LAYERS}},
         {"name": "row_warps", "values": [2, 4, 8], "when": {"fused_layer": _LAYERS}},
+        # The flash attention of `rows` skips the mask inside each sequence's all-valid
+        # key prefix and every block past its last valid key (one launch per forward).
+        {"name": "mask_bounds", "values": [False, True], "when": {"fused_layer": ["rows"]}},
         # torch.compile of the forward with a library attention (the one line a user
         # writes, as a plan the search can pick): compile time is the trial's first call.
         # max-autotune is left out: minutes of compile per shape, and its TF32 Triton GEMMs
@@ -123,6 +126,11 @@ SPACE = {
     "restrictions": [
         # The reference arithmetic materialises scores: only worth trying without graphs.
         {"forbid": {"attention": ["reference"], "cuda_graph": [True]}},
+        # 128-row tiles of the fused heads layer and the fused block miscompile on CUDA
+        # (session 7 memcheck sweep, docs/results/h200/memcheck_s7.csv); the support rules
+        # refuse them too, and here they cost no trial.
+        {"forbid": {"fused_layer": ["heads"], "attn_block_m": [128]}},
+        {"forbid": {"fused_block": [True], "attn_block_m": [128]}},
     ],
     "enqueue": [
         {},

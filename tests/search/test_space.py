@@ -148,3 +148,10 @@ def test_the_gpu_space_is_sync_free_and_compiles_only_library_attention() -> Non
     assert not any(p.uses_triton for p in compiled)
     for plan in space.enqueue:  # every prior is a plan of the space, as written
         assert space.sample(optuna.trial.FixedTrial(space.params_for(plan))) == plan
+    # no 128-row tile of the fused heads layer or fused block (they miscompile on CUDA);
+    # mask bounds only for the rows variant
+    assert not any(
+        p.attn_block_m == 128 and (p.fused_layer == "heads" or p.fused_block) for p in plans
+    )
+    assert {p.fused_layer for p in plans if p.mask_bounds} == {"rows"}
+    assert any(p.fused_layer == "rows" and p.attn_block_m == 128 for p in plans)
