@@ -31,7 +31,7 @@ from typing import Any
 import optuna
 
 from autotune.core.files import write_atomic
-from autotune.core.outcome import Outcome
+from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
 from autotune.search.space import SearchSpace
 from autotune.search.study import make_sampler
@@ -154,7 +154,8 @@ class Run:
     best: list[float]  # best feasible latency after each trial (inf before any)
     seconds: list[float]  # cumulative GPU seconds of distinct plans after each trial
     # Trials that measured a new plan, cumulative after each trial: what a study counts
-    # toward --n-trials (repeats and forbidden plans are free). Empty: every trial counted.
+    # toward --n-trials (repeats, forbidden plans and plans unsupported on the device are
+    # free). Empty: every trial counted.
     measured: list[int] = dataclasses.field(default_factory=list)
 
     def to_within(self, target: float) -> tuple[int | None, float | None]:
@@ -190,7 +191,7 @@ def replay(
     seconds: list[float] = []
     seen: set[str] = set()
     counted: list[int] = []
-    state = {"best": math.inf, "spent": 0.0}
+    state = {"best": math.inf, "spent": 0.0, "counted": 0}
 
     def objective(trial: optuna.Trial) -> list[float]:
         plan = space.sample(trial)
@@ -203,6 +204,8 @@ def replay(
             if plan.hash not in seen:
                 seen.add(plan.hash)
                 state["spent"] += m.seconds
+                if m.kind != OutcomeKind.UNSUPPORTED.value:  # refused unrun: free
+                    state["counted"] += 1
             trial.set_constraint("correctness", m.violation if m.passed else 1.0)
             over = 0.0 if capacity is None else (m.predicted_bytes - capacity) / capacity
             trial.set_constraint("memory", over)
@@ -211,7 +214,7 @@ def replay(
                 state["best"] = min(state["best"], m.latency)
         best.append(state["best"])
         seconds.append(state["spent"])
-        counted.append(len(seen))
+        counted.append(int(state["counted"]))
         return values
 
     study.optimize(objective, n_trials=n_trials)

@@ -20,7 +20,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.build import not_supported_reasons
 from autotune.core.cases import Case
+from autotune.core.device import DeviceInfo
 from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.core.profiles import ProfileSelection
 from autotune.measure import STUDY_TIMING, TimingSettings, predict_peak_bytes
@@ -218,11 +220,13 @@ def make_objective(
     evaluator: TrialEvaluator,
     run: RunState,
     kill_at: int | None = None,
+    device: DeviceInfo | None = None,
 ) -> Callable[[optuna.Trial], list[float]]:
     """The trial: sample a plan and claim it (``trials.claim``: a surplus trial is pruned
     and ends this process's run; a plan measured before, here or by another process, has
     its outcome reused, so a plan that crashed or hung is never run again); refuse space
-    restrictions unrun; else evaluate; store everything and set the constraints. Ctrl-C
+    restrictions unrun, and plans the support rules refuse on ``device`` (both free);
+    else evaluate; store everything and set the constraints. Ctrl-C
     stops the evaluation in flight and fails the trial (``autotune.search.interrupt``)."""
     count = [0]
     space_size: list[int] = []  # counted on the first repeat (enumerating takes up to ~1 s)
@@ -232,10 +236,8 @@ def make_objective(
         if not space_size:
             space_size.append(space.size())
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        return (
-            len({t.user_attrs.get(trials.PLAN_HASH) for t in done if trials.counts(t)})
-            >= (space_size[0])
-        )
+        tried = [t for t in done if trials.counts(t) or trials.UNSUPPORTED_HERE in t.user_attrs]
+        return len({t.user_attrs.get(trials.PLAN_HASH) for t in tried}) >= (space_size[0])
 
     def objective(trial: optuna.Trial) -> list[float]:
         count[0] += 1
@@ -260,6 +262,16 @@ def make_objective(
             outcome = Outcome(
                 OutcomeKind.UNSUPPORTED,
                 reason,
+                predicted_memory_bytes=predict_peak_bytes(plan, case.config),
+            )
+        elif device is not None and (
+            refused := not_supported_reasons(plan, case.config, device, prune=True)
+        ):
+            trial.set_user_attr(trials.UNSUPPORTED_HERE, True)
+            run.last_free = True
+            outcome = Outcome(
+                OutcomeKind.UNSUPPORTED,
+                "; ".join(refused),
                 predicted_memory_bytes=predict_peak_bytes(plan, case.config),
             )
         else:
@@ -409,7 +421,15 @@ def run_case_study(
     with InterruptGuard() as guard:
         run = RunState(n_trials, guard)
         evaluator = make_evaluator(selection, case, timing, isolate, trial_timeout, oracle_batch)
-        objective = make_objective(study, case, space, selection.capacity_bytes, evaluator, run)
+        objective = make_objective(
+            study,
+            case,
+            space,
+            selection.capacity_bytes,
+            evaluator,
+            run,
+            device=selection.effective_device(),
+        )
         try:
             # Trials that fail in the harness are not complete: allow a few beyond the rest.
             optimize(

@@ -36,6 +36,8 @@ OUTCOME_KIND = "outcome_kind"
 SECONDS = "seconds"
 DUPLICATE_OF = "duplicate_of"
 FORBIDDEN = "forbidden"  # the plan breaks a restriction of the space: not run
+# The plan's support rules refuse it on this case and device (not run): free like forbidden
+UNSUPPORTED_HERE = "unsupported_here"
 ENQUEUED = "enqueued"
 WARM_START = "warm_start"
 FAIL_REASON = "fail_reason"
@@ -213,9 +215,11 @@ def _latency_order(t: FrozenTrial) -> tuple[float, float, int]:
 
 def counts(trial: FrozenTrial) -> bool:
     """Whether a finished trial counts toward ``--n-trials``: it measured a plan. A repeat
-    of a measured plan (its outcome reused) and a plan the space forbids (not run) are
-    recorded, so the sampler learns from them, but cost no trial."""
-    return DUPLICATE_OF not in trial.user_attrs and FORBIDDEN not in trial.user_attrs
+    of a measured plan (its outcome reused), a plan the space forbids and a plan the
+    support rules refuse on this case and device (neither run) are recorded, so the
+    sampler learns from them, but cost no trial."""
+    attrs = trial.user_attrs
+    return DUPLICATE_OF not in attrs and FORBIDDEN not in attrs and UNSUPPORTED_HERE not in attrs
 
 
 def completed_trials(study: optuna.Study) -> int:

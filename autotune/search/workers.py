@@ -80,7 +80,14 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
         run = RunState(job.n_trials, guard)
         evaluator = make_evaluator(selection, case, STUDY_TIMING, job.isolate, job.trial_timeout)
         objective = make_objective(
-            study, case, space, selection.capacity_bytes, evaluator, run, kill_at
+            study,
+            case,
+            space,
+            selection.capacity_bytes,
+            evaluator,
+            run,
+            kill_at,
+            device=selection.effective_device(),
         )
         try:
             while not (run.stop or guard.requested):

@@ -155,3 +155,44 @@ def test_the_gpu_space_is_sync_free_and_compiles_only_library_attention() -> Non
     )
     assert {p.fused_layer for p in plans if p.mask_bounds} == {"rows"}
     assert any(p.fused_layer == "rows" and p.attn_block_m == 128 for p in plans)
+
+
+def test_plans_the_device_refuses_cost_no_trial(tmp_path) -> None:
+    """A plan the support rules refuse on this case and device is recorded (the sampler
+    learns) but not run and not counted: the study still measures --n-trials plans."""
+    from autotune.core.cases import get_case
+    from autotune.core.profiles import select_profile
+    from autotune.search import trials
+    from autotune.search.space import parse_space
+    from autotune.search.study import run_case_study
+
+    space = parse_space(
+        {
+            "name": "refused",
+            "profiles": ["cpu"],
+            "regimes": ["*"],
+            "params": [
+                {"name": "attention", "values": ["reference", "sdpa_math"]},
+                {"name": "cuda_graph", "values": [False, True]},  # needs CUDA: refused here
+            ],
+            "enqueue": [{"cuda_graph": True}, {"attention": "sdpa_math", "cuda_graph": True}],
+        },
+        "test",
+    )
+    summary = run_case_study(
+        select_profile("cpu"),
+        get_case("smoke-1"),
+        space,
+        storage=f"sqlite:///{tmp_path / 's.db'}",
+        n_trials=2,
+        isolate=False,
+    )
+    study = optuna.load_study(study_name=summary.name, storage=f"sqlite:///{tmp_path / 's.db'}")
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    refused = [t for t in done if trials.UNSUPPORTED_HERE in t.user_attrs]
+    assert len(refused) >= 2 and all(t.user_attrs[trials.PLAN]["cuda_graph"] for t in refused)
+    assert all("needs CUDA" in t.user_attrs[trials.OUTCOME]["message"] for t in refused)
+    assert trials.completed_trials(study) == 2  # the two graph-free plans, both measured
+    assert {
+        t.user_attrs[trials.PLAN].get("cuda_graph", False) for t in done if trials.counts(t)
+    } == {False}
