@@ -180,6 +180,24 @@ def measure_interleaved(
     return reps, [(statistics.median(s), rr) for s, rr in zip(samples, rounds, strict=True)]
 
 
+def steady_calls_sync_free(fn: Callable[[], Any], calls: int = 3) -> str:
+    """Whether ``calls`` warm calls of ``fn`` run without a host synchronisation on CUDA
+    (``torch.cuda.set_sync_debug_mode("error")``): "yes", or "no: " and the first line of
+    what synchronised."""
+    verdict = "yes"
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(calls):
+            fn()
+    except RuntimeError as exc:
+        verdict = "no: " + str(exc).strip().splitlines()[0][:120]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+        torch.cuda.synchronize()
+    return verdict
+
+
 def paired_stats(
     ref: tuple[float, list[float]], cand: tuple[float, list[float]], reps: int, cuda: bool
 ) -> TimingStats:

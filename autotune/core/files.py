@@ -23,3 +23,15 @@ def write_atomic(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def append_line(path: str | Path, header: str, line: str) -> None:
+    """Append ``line`` to a text file, ``header`` first when the file is new or empty;
+    flushed and fsynced, so a run cut short keeps every line it wrote (CSV rows)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.is_file() or path.stat().st_size == 0
+    with path.open("a", newline="") as fh:
+        fh.write((header if new else "") + line)
+        fh.flush()
+        os.fsync(fh.fileno())

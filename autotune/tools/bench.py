@@ -21,7 +21,7 @@ from autotune.core.profiles import ProfileSelection
 from autotune.core.reference import official_settings
 from autotune.evaluate import Candidate, evaluate_many
 from autotune.judge.gate import CaseBench, GateSettings
-from autotune.measure import OFFICIAL_TIMING, TimingSettings
+from autotune.measure import OFFICIAL_TIMING, TimingSettings, steady_calls_sync_free
 from autotune.plan import ANCHORS, Plan
 from autotune.runtime import DispatchedTransformer, DispatchTable
 
@@ -192,17 +192,7 @@ def measure_hot_path(
     device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     gpu = sum(float(getattr(e, "device_time", None) or e.cuda_time) for e in device_events)
     kernels = sum(1 for e in device_events if not e.name.lower().startswith(("memcpy", "memset")))
-    sync_free = "yes"
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            fn()
-    except RuntimeError as exc:
-        sync_free = "no: " + str(exc).strip().splitlines()[0][:120]
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-        torch.cuda.synchronize()
-    return host, gpu / profiled, kernels / profiled, sync_free
+    return host, gpu / profiled, kernels / profiled, steady_calls_sync_free(fn)
 
 
 ROW_HEADER = (
@@ -321,12 +311,9 @@ def write_csv(rows: list[BenchRow], path: str | Path) -> None:
 def append_csv(row: BenchRow, path: str | Path) -> None:
     """One case's row, appended as soon as the case ends (a run cut short keeps its rows);
     the header is written with the first row."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.is_file() or path.stat().st_size == 0
-    with path.open("a", newline="") as fh:
-        fh.write((_csv_text(None) if new else "") + _csv_text(row))
-        fh.flush()
+    from autotune.core.files import append_line
+
+    append_line(path, _csv_text(None), _csv_text(row))
 
 
 def read_csv(path: str | Path) -> list[BenchRow]:

@@ -97,7 +97,12 @@ def measure_shape(job: ShapeJob) -> dict[str, Any]:
     from autotune.core.profiles import select_profile
     from autotune.core.reference import ACCURACY_SEEDS, check_outputs, generate_random_case
     from autotune.judge.gate import CaseBench
-    from autotune.measure import TimingSettings, measure_interleaved, paired_stats
+    from autotune.measure import (
+        TimingSettings,
+        measure_interleaved,
+        paired_stats,
+        steady_calls_sync_free,
+    )
     from autotune.plan import Plan
     from autotune.runtime import DispatchedTransformer, serving
     from autotune.ship.buckets import config_at
@@ -135,20 +140,7 @@ def measure_shape(job: ShapeJob) -> dict[str, Any]:
             tuned = build_candidate(plan, config, device, bench.state_dict)
             fns.append(lambda: tuned(x, mask))
         reps, medians = measure_interleaved(fns, TimingSettings(**UNSEEN_TIMING), cuda=cuda)
-        sync_free = ""
-        if cuda:
-            model(x, mask)
-            torch.cuda.synchronize()
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                for _ in range(3):
-                    model(x, mask)
-                sync_free = "yes"
-            except RuntimeError:
-                sync_free = "no"
-            finally:
-                torch.cuda.set_sync_debug_mode(0)
-            torch.cuda.synchronize()
+        sync_free = steady_calls_sync_free(lambda: model(x, mask)) if cuda else ""
     stats = paired_stats(medians[0], medians[1], reps, cuda)
     row: dict[str, Any] = {
         "batch": b,
@@ -199,29 +191,18 @@ def tuned_plans(storage_url: str | None, profile: str) -> dict[tuple[Any, ...], 
     return out
 
 
-def done_shapes(path: Path, table_hash: str) -> set[tuple[int, int]]:
-    if not path.is_file():
-        return set()
-    with path.open(newline="") as fh:
-        return {
-            (int(r["batch"]), int(r["seq"]))
-            for r in csv.DictReader(fh)
-            if r.get("table_hash") == table_hash
-        }
-
-
 def append_row(path: Path, row: dict[str, Any]) -> None:
-    import os
+    """One shape's row, appended as it ends (the header with the first row)."""
+    import io
 
-    new = not path.is_file() or path.stat().st_size == 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        if new:
-            w.writeheader()
-        w.writerow({k: row.get(k, "") for k in COLUMNS})
-        fh.flush()
-        os.fsync(fh.fileno())
+    from autotune.core.files import append_line
+
+    header, line = io.StringIO(), io.StringIO()
+    csv.DictWriter(header, fieldnames=COLUMNS, lineterminator="\n").writeheader()
+    csv.DictWriter(line, fieldnames=COLUMNS, lineterminator="\n").writerow(
+        {k: row.get(k, "") for k in COLUMNS}
+    )
+    append_line(path, header.getvalue(), line.getvalue())
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -234,7 +215,7 @@ def summary(rows: list[dict[str, Any]]) -> str:
     speedups = sorted(float(r["speedup"]) for r in served)
     vs = [float(r["vs_tuned"]) for r in rows if str(r.get("vs_tuned", "")) not in ("", "None")]
     failed = sum(int(r["failed_elements"]) for r in rows)
-    syncs = [r for r in served if str(r.get("sync_free")) == "no"]
+    syncs = [r for r in served if str(r.get("sync_free")).startswith("no")]
     gm = math.exp(sum(math.log(v) for v in speedups) / len(speedups)) if speedups else 0.0
     parts = [
         f"{len(served)} of {n} unseen shapes ({100 * len(served) / n:.0f}%) served by a tuned plan",
@@ -277,8 +258,7 @@ def run_unseen(
     dims = CaseKey.from_config(base.config, base.dtype).as_tuple()[2:]
     shapes = draw_shapes(base, count, batch, seq, seed, set(table.entries))
     tuned = tuned_plans(storage_url, profile)
-    done = done_shapes(csv_path, table.content_hash) if csv_path else set()
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []  # this table's rows of these shapes, measured before
     if csv_path is not None and csv_path.is_file():
         with csv_path.open(newline="") as fh:
             rows = [
@@ -287,6 +267,7 @@ def run_unseen(
                 if r.get("table_hash") == table.content_hash
                 and (int(r["batch"]), int(r["seq"])) in shapes
             ]
+    done = {(int(r["batch"]), int(r["seq"])) for r in rows}
     emit(f"{len(shapes)} unseen shapes of {base.id}'s dims; {len(done)} already in the CSV")
     for b, s in shapes:
         if (b, s) in done:
