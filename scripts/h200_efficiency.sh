@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Issue 10 on the H200: measure every plan of docs/efficiency/space_gpu_reduced.py once on
-# a launch-bound case (2) and a long-sequence case (13); caches resume where a cut-short
-# call stopped. Samplers are then replayed on the caches anywhere (no device):
+# Issue 19 on the H200: measure every plan of docs/efficiency/space_gpu_reduced.py once per
+# case (default 2 13 8: launch-bound, long-sequence, projection-bound). Each cache starts
+# from the committed one (docs/efficiency/h200_caseC.json) and is written in $OUT after
+# every plan, so a call cut short keeps what it measured and the next call resumes.
+# EFF_UNTIL: stop starting plans this many seconds after the calling script began ($SECONDS).
+# Samplers are then replayed on the caches anywhere (no device):
 #   autotune efficiency --case 2 --space docs/efficiency/space_gpu_reduced.py \
-#     --cache docs/efficiency/h200_case2.json --replay --out docs/efficiency/case2 \
-#     [--warm-from docs/efficiency/h200_case13.json]
+#     --cache docs/efficiency/h200_case2.json --replay --out docs/efficiency/case2
 set -o pipefail
-source scripts/device_prelude.sh
-for c in ${CASES:-2 13}; do
+[ -n "${PRELUDE_DONE:-}" ] || source scripts/device_prelude.sh
+for c in ${CASES:-2 13 8}; do
+  left=$(( ${EFF_UNTIL:-560} - SECONDS ))
+  [ "$left" -gt 20 ] || { echo "efficiency: no time left for case $c" | tee -a "$OUT/efficiency.log"; break; }
+  [ -f "docs/efficiency/h200_case$c.json" ] && [ ! -f "$OUT/h200_case$c.json" ] \
+    && cp "docs/efficiency/h200_case$c.json" "$OUT/"
   python3 -m autotune efficiency --gpu h200 --case "$c" \
-    --space docs/efficiency/space_gpu_reduced.py --cache "docs/efficiency/h200_case$c.json" \
-    --measure-only --timeout "${MEASURE_TIMEOUT:-270}" 2>&1 | tail -3 | tee -a "$OUT/efficiency.log"
-  cp "docs/efficiency/h200_case$c.json" "$OUT/"
+    --space docs/efficiency/space_gpu_reduced.py --cache "$OUT/h200_case$c.json" \
+    --measure-only --timeout "$left" 2>&1 | grep -v -i warn | tee -a "$OUT/efficiency.log" | tail -3
 done

@@ -13,8 +13,16 @@ DB=${UNSEEN_DB:-sqlite:///$OUT/unseen_studies.db}
 [ -f "${DB_IN:-/nonexistent}" ] && cp "$DB_IN" "$OUT/unseen_studies.db"
 shapes=$(python3 -m autotune unseen --table "$T" --gpu h200 --case 2 --count 30 --list \
   | tr ';' '\n' | awk 'NR % 8 == 1' | paste -sd';')
+if [ -f "$OUT/unseen.csv" ]; then  # resumed: tune only the shapes not yet measured
+  shapes=$(python3 - "$shapes" "$OUT/unseen.csv" <<'PY'
+import csv, sys
+done = {(r["batch"], r["seq"]) for r in csv.DictReader(open(sys.argv[2]))}
+print(";".join(s for s in sys.argv[1].split(";") if tuple(s.split(",")[:2]) not in done))
+PY
+)
+fi
 echo "tuned shapes: $shapes"
-timeout "${STUDY_TIMEOUT:-100}" python3 -m autotune study --gpu h200 --cases "$shapes" \
+[ -n "$shapes" ] && timeout "${STUDY_TIMEOUT:-100}" python3 -m autotune study --gpu h200 --cases "$shapes" \
   --n-trials 10 --warm-start "$T" --storage "$DB" --quiet 2>&1 | grep -v -i warn \
   | tee "$OUT/unseen_study.log" | tail -6
 timeout "${UNSEEN_TIMEOUT:-200}" python3 -m autotune unseen --table "$T" --gpu h200 --case 2 \

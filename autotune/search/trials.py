@@ -127,6 +127,24 @@ def studies_by_case(
     return {k: v[1] for k, v in sorted(best.items())}
 
 
+def current_study(profile: str) -> Callable[[optuna.Study], bool]:
+    """Whether a study is the one today's spaces would run for its case under ``profile``
+    (not an older space's): the ``current`` argument of ``studies_by_case``."""
+    from autotune.search.space import available_spaces, select_space
+
+    spaces = available_spaces()
+
+    def current(study: optuna.Study) -> bool:
+        case = case_of(study)
+        try:
+            space = select_space(profile, case, spaces)
+        except ValueError:
+            return False
+        return study.study_name == study_name(profile, case, space)
+
+    return current
+
+
 def study_names(storage: Any) -> list[str]:
     return [s.study_name for s in optuna.get_all_study_summaries(storage)]
 

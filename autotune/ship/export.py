@@ -278,21 +278,9 @@ def export_table(
     or a crash ends that case only, whose entry in the table at ``options.out`` is kept.
     Returns the path, the table version, the winners and the ids of the failed cases."""
     from autotune.search import trials
-    from autotune.search.space import available_spaces, select_space
 
     profile = selection.profile.name
-    spaces = available_spaces()
-
-    def current(study: Any) -> bool:  # the study today's spaces would run for its case
-        case = trials.case_of(study)
-        try:
-            return study.study_name == trials.study_name(
-                profile, case, select_space(profile, case, spaces)
-            )
-        except ValueError:
-            return False
-
-    studies = trials.studies_by_case(storage, profile, current)
+    studies = trials.studies_by_case(storage, profile, trials.current_study(profile))
     if not studies:
         raise ValueError(
             f"no studies for profile {profile!r} in {options.storage_url}; "

@@ -173,14 +173,15 @@ def measure_shape(job: ShapeJob) -> dict[str, Any]:
 
 
 def tuned_plans(storage_url: str | None, profile: str) -> dict[tuple[Any, ...], tuple[dict, str]]:
-    """Per case key, the fastest feasible plan of that shape's study in the storage."""
+    """Per case key, the fastest feasible plan of that shape's study in the storage (the
+    current space's study first, else the one with the most trials)."""
     if not storage_url:
         return {}
     from autotune.search import trials
 
     storage = trials.open_storage(storage_url, heartbeat_interval=None, grace_period=None)
     out = {}
-    for study in trials.studies_by_case(storage, profile, lambda st: True).values():
+    for study in trials.studies_by_case(storage, profile, trials.current_study(profile)).values():
         best = trials.feasible_by_latency(study.get_trials(deepcopy=False))
         plan = trials.trial_plan(best[0]) if best else None
         if plan is not None:
