@@ -88,7 +88,11 @@ def warm_for(
     if not options.warm_start:
         return None
     return warm_start_plans(
-        list(options.warm_start), storage, selection.profile.name, str(case.key)
+        list(options.warm_start),
+        storage,
+        selection.profile.name,
+        str(case.key),
+        near=case.key.as_tuple(),
     )
 
 
@@ -126,11 +130,22 @@ def warm_start_plans(
     profile: str,
     exclude_case_key: str | None = None,
     per_study: int = 4,
+    near: tuple[Any, ...] | None = None,
 ) -> list[tuple[Plan, str]]:
     """Plans to seed a new study with: a table file's admitted plans, or the fastest
     feasible Pareto plans of other studies (a profile name: all its studies; or one study
-    name). The target case's own study is skipped."""
+    name). The target case's own study is skipped. A table's plans come nearest first when
+    ``near`` (the target's case key) is given: the entry of that very shape, then the same
+    dims by batch and sequence length, then the other dims, so a short study measures the
+    likeliest winners first."""
     from pathlib import Path
+
+    from autotune.runtime.buckets import dims_of, shape_distance
+
+    def nearness(key: tuple[Any, ...]) -> tuple[bool, float]:
+        if near is None:
+            return (False, 0.0)
+        return (dims_of(key) != dims_of(near), shape_distance(key[:2], near[:2]))
 
     out: list[tuple[Plan, str]] = []
     for src in sources:
@@ -138,7 +153,7 @@ def warm_start_plans(
             from autotune.runtime.dispatch import load_table
 
             table = load_table(src)
-            for entry in table.entries.values():
+            for _, entry in sorted(table.entries.items(), key=lambda kv: nearness(kv[0])):
                 if entry.get("admitted"):
                     out.append((Plan.from_dict(entry.get("plan", {})), f"table {src}"))
             continue
