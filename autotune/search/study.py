@@ -136,12 +136,12 @@ def warm_start_plans(
     per_study: int = 4,
     near: tuple[Any, ...] | None = None,
 ) -> list[tuple[Plan, str]]:
-    """Plans to seed a new study with: a table file's admitted plans, or the fastest
-    feasible Pareto plans of other studies (a profile name: all its studies; or one study
-    name). The target case's own study is skipped. A table's plans come nearest first when
-    ``near`` (the target's case key) is given: the entry of that very shape, then the same
-    dims by batch and sequence length, then the other dims, so a short study measures the
-    likeliest winners first."""
+    """Plans to seed a new study with: ``@plan.json`` (one plan), a table file's admitted
+    plans, or the fastest feasible Pareto plans of other studies (a profile name: all its
+    studies; or one study name), in the order of ``sources``. The target case's own study
+    is skipped. A table's plans come nearest first when ``near`` (the target's case key) is
+    given: the entry of that very shape, then the same dims by batch and sequence length,
+    then the other dims, so a short study measures the likeliest winners first."""
     from pathlib import Path
 
     from autotune.runtime.buckets import dims_of, shape_distance
@@ -153,6 +153,11 @@ def warm_start_plans(
 
     out: list[tuple[Plan, str]] = []
     for src in sources:
+        if src.startswith("@"):  # one plan file (a JSON plan), as --plan takes it
+            from autotune.plan import parse_plan
+
+            out.append((parse_plan(src), f"plan {src[1:]}"))
+            continue
         if src.endswith(".py") or Path(src).is_file():
             from autotune.runtime.dispatch import load_table
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from autotune.core.cases import get_case, parse_custom
 from autotune.plan import Plan
@@ -39,3 +42,17 @@ def test_a_table_warm_start_orders_the_same_dims_by_shape_then_other_dims() -> N
     assert set(first) <= same_dims  # every plan of these dims before any other dims' plan
     unordered = [p for p, _ in warm_start_plans([TABLE], None, "rtx5080")]
     assert sorted(map(str, unordered)) == sorted(map(str, plans))  # the same plans
+
+
+def test_a_plan_file_warm_start_comes_first_in_the_order_given(tmp_path) -> None:
+    plan = {"attention": "triton", "attn_precision": "fp16", "cuda_graph": True,
+            "fused_layer": "rows", "gemm_precision": "fp16", "row_block": 64,
+            "mask_bounds": True}  # fmt: skip
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(plan))
+    key = get_case("13").key.as_tuple()
+    plans = warm_start_plans([f"@{f}", TABLE], None, "h200", near=key)
+    assert plans[0] == (Plan.from_dict(plan), f"plan {f}")
+    assert plans[1][0] == _entry_plan(key)
+    with pytest.raises(ValueError, match="does not exist"):
+        warm_start_plans([f"@{tmp_path / 'nope.json'}"], None, "h200")
