@@ -205,6 +205,14 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "poly_norm",
+        "taylor",
+        "polynomial attention weights: 'taylor' 1 + s + s^2/2, or 'row' 1 + t + (t^2 - var)/2 "
+        "with t = s - mean over each row's own scores (no bias that stays with many keys)",
+        choices=("taylor", "row"),
+        group="kernels",
+    ),
+    Knob(
         "fused_block",
         False,
         "the whole pre-norm layer in two Triton launches (attention half, FFN half; the final "
@@ -280,6 +288,7 @@ class Plan:
     poly_chunk: int = 256
     poly_exact_prefix: int = 0
     poly_guard: float = 0.5
+    poly_norm: str = "taylor"
     fused_block: bool = False
     fused_layer: str = "none"
     row_block: int = 32

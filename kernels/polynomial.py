@@ -97,6 +97,18 @@ removes the early rows; whether the layer passes is judged end to end against th
 streamed oracle: at case 14 it failed with prefixes 1024 (133 of 1.6e10 elements over 5
 seeds) and 8192 (2 of 6.6e9 over 2 seeds, rows ~11,000).
 
+Row-normalised weights (``row_norm=True``, session 8). The Taylor weights' error has a
+floor: their bias ``~ -var/2 * cov(s, v)`` does not shrink with the key count (CPU float64
+study at case 14's weights and inputs, ``docs/case14_guard_study.md``: worst share of the
+allowance 0.70-0.79 from row 8k out to 32k). Weights ``1 + t + (t^2 - var_i) / 2`` with
+``t = s - mu_i`` (the row's own score mean and variance over ``j <= i``) sum to the key
+count, and their error decays about as ``n^-0.5``: worst share 0.16 at rows 12-16k, 0.11 at
+24-32k, and with a 1024-row exact prefix 3 elements above half the allowance in 5
+sequences of 16,384 rows instead of 16,162. They need only the state the scan keeps: the
+prefix's denominator groups give the row's sums of ``s`` and ``s^2 / 2``, and the output
+kernel takes one more pass of score dots over the intra-chunk keys. Not yet measured on
+the GPU.
+
 Interface. As :func:`kernels.attention.attention`: q, k, v ``[B, S, H, hd]`` views with
 any strides (last-dim stride 1), e.g. slices of a packed QKV projection; fp32 inputs are
 converted to the operand type in the kernels, fp16 inputs (fp16 precision only) are used
@@ -171,12 +183,15 @@ def polynomial_reference(
     causal: bool,
     scale: float | None = None,
     exact_prefix: int = 0,
+    row_norm: bool = False,
 ) -> torch.Tensor:
     """Dense float64 polynomial attention, ``[B, S, H, hd]`` float64.
 
     The kernel's math with no chunking: weights ``p(s) = 1 + s + s^2 / 2`` for the rows
     ``>= exact_prefix`` and ``exp(s)`` (softmax) for the rows below, keys ``j > i`` masked
-    when causal. Materialises ``[B, H, S, S]`` scores: for small test shapes only.
+    when causal. ``row_norm``: ``p_i(s) = 1 + t + (t^2 - var_i) / 2`` with ``t = s - mu_i``,
+    ``mu_i`` and ``var_i`` the mean and variance of row i's allowed scores. Materialises
+    ``[B, H, S, S]`` scores: for small test shapes only.
     """
     seq_len, head_dim = q.shape[1], q.shape[3]
     scale = head_dim**-0.5 if scale is None else float(scale)
@@ -186,7 +201,14 @@ def polynomial_reference(
     allowed = torch.ones(seq_len, seq_len, dtype=torch.bool, device=q.device)
     if causal:
         allowed = rows[None, :] <= rows[:, None]
-    poly = torch.where(allowed, 1 + scores + scores * scores / 2, 0.0)
+    if row_norm:
+        n = allowed.sum(-1, keepdim=True).clamp_min(1)
+        mu = torch.where(allowed, scores, 0.0).sum(-1, keepdim=True) / n
+        var = torch.where(allowed, (scores - mu) ** 2, 0.0).sum(-1, keepdim=True) / n
+        t = scores - mu
+        poly = torch.where(allowed, 1 + t + (t * t - var) / 2, 0.0)
+    else:
+        poly = torch.where(allowed, 1 + scores + scores * scores / 2, 0.0)
     soft = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
     weights = poly / poly.sum(-1, keepdim=True)
     exact_rows = (rows < exact_prefix)[:, None]
@@ -374,8 +396,17 @@ def _output_kernel(
     NUM_FEATURES: tl.constexpr,
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
+    ROW_NORM: tl.constexpr,
 ):
-    """One query block: prefix state from the workspace + the intra-chunk part."""
+    """One query block: prefix state from the workspace + the intra-chunk part.
+
+    ``ROW_NORM``: the weights are ``a_i + b_i s + s^2 / 2`` with ``a_i = 1 - mu_i +
+    (mu_i^2 - var_i) / 2`` and ``b_i = 1 - mu_i``, where ``mu_i`` and ``var_i`` are the
+    mean and variance of row i's scores over its keys ``j <= i`` (that is
+    ``1 + t + (t^2 - var_i) / 2`` with ``t = s - mu_i``, the degree-2 fit of exp for the
+    row's own score distribution; the weights sum to the key count). The row statistics
+    come from the same prefix state (its denominator groups) and a first pass over the
+    intra-chunk keys; the second pass applies the weights."""
     pid = tl.program_id(0)
     bh = pid // num_query_blocks
     block = first_block + pid % num_query_blocks
@@ -403,6 +434,12 @@ def _output_kernel(
 
     num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     den = tl.zeros([BLOCK_M], dtype=tl.float32)
+    # ROW_NORM: the prefix's group sums, kept apart until the row's weights are known.
+    pre_const = tl.zeros([BLOCK_D], dtype=tl.float32)
+    pre_lin = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    pre_s1 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s over the prefix keys
+    pre_s2 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s^2 / 2
+    count = 0.0
     if chunk > 0:
         snap = bh.to(tl.int64) * num_snapshots + (chunk - 1)
         num_base = ws_num_ptr + snap * (NUM_FEATURES * head_dim)
@@ -418,8 +455,15 @@ def _output_kernel(
         inter = dot(
             q_op, to_operand(lin, PRECISION, EMULATE_BF16_DOT), num, PRECISION, EMULATE_BF16_DOT
         )
-        inter += const[None, :]
-        inter_den = 1.0 + tl.sum(q * z_lin[None, :], 1)
+        if ROW_NORM:  # the quadratic group accumulates alone
+            pre_const = const
+            pre_lin = inter
+            pre_s1 = tl.sum(q * z_lin[None, :], 1)
+            inter = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+            inter_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+        else:
+            inter += const[None, :]
+            inter_den = 1.0 + tl.sum(q * z_lin[None, :], 1)
         # Quadratic tile pairs (A <= B), in the kernel-1 order.
         offs_t = tl.arange(0, TILE)
         offs_f = tl.arange(0, TILE * TILE)
@@ -459,9 +503,48 @@ def _output_kernel(
         count = (chunk * CHUNK) * 1.0
         num = inter * count
         den = inter_den * count
+        pre_s1 = pre_s1 * count
+        pre_s2 = inter_den * count
 
     # Intra-chunk part: keys [chunk start, end of this query block), j <= i.
     hi = tl.minimum(start_m + BLOCK_M, seq_len)
+    a_row = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    b_row = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    if ROW_NORM:
+        # First pass: the row's score statistics over its intra-chunk keys.
+        s1 = pre_s1
+        s2 = pre_s2
+        n_keys = tl.zeros([BLOCK_M], dtype=tl.float32) + count
+        for start_n in range(chunk * CHUNK, hi, BLOCK_N):
+            offs_n = start_n + offs_n0
+            n_ok = offs_n < seq_len
+            kt = tl.load(
+                k_base + offs_n[None, :] * stride_ks + offs_d[:, None],
+                mask=n_ok[None, :] & d_ok[:, None],
+                other=0.0,
+            )
+            s = dot(
+                q_op,
+                to_operand(kt, PRECISION, EMULATE_BF16_DOT),
+                tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32),
+                PRECISION,
+                EMULATE_BF16_DOT,
+            )
+            s = s * sqrt_scale
+            keep = (offs_n[None, :] <= offs_m[:, None]) & n_ok[None, :]
+            s = tl.where(keep, s, 0.0)
+            s1 += tl.sum(s, 1)
+            s2 += tl.sum(0.5 * s * s, 1)
+            n_keys += tl.sum(keep.to(tl.float32), 1)
+        n_keys = tl.maximum(n_keys, 1.0)
+        mu = s1 / n_keys
+        var = tl.maximum(2.0 * s2 / n_keys - mu * mu, 0.0)
+        a_row = 1.0 - mu + 0.5 * (mu * mu - var)
+        b_row = 1.0 - mu
+        # The prefix's groups with the row's weights; the denominator is the key count
+        # in exact arithmetic, computed from the same sums for self-consistent rounding.
+        num = num + count * (a_row[:, None] * pre_const[None, :] + b_row[:, None] * pre_lin)
+        den = count * a_row + b_row * pre_s1 + pre_s2
     for start_n in range(chunk * CHUNK, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         n_ok = offs_n < seq_len
@@ -478,7 +561,7 @@ def _output_kernel(
             EMULATE_BF16_DOT,
         )
         s = s * sqrt_scale
-        p = 1.0 + s + 0.5 * s * s
+        p = a_row[:, None] + b_row[:, None] * s + 0.5 * s * s
         p = tl.where((offs_n[None, :] <= offs_m[:, None]) & n_ok[None, :], p, 0.0)
         v = tl.load(
             v_base + offs_n[:, None] * stride_vs + offs_d[None, :],
@@ -790,6 +873,7 @@ def polynomial_attention(
     num_warps: int = 4,
     num_stages: int = 2,
     exact_kwargs: Mapping[str, Any] | None = None,
+    row_norm: bool = False,
 ) -> torch.Tensor:
     """Causal polynomial attention (see the module docstring); returns ``out``.
 
@@ -799,8 +883,11 @@ def polynomial_attention(
     num_warps, num_stages, precision; precision defaults to ``precision``).
     ``block_m`` query rows per program of kernel 2, ``block_n`` keys per step of both
     kernels, ``feature_tile`` the quadratic tile (``feature_tile^2`` features per block),
-    ``num_warps`` / ``num_stages`` for both kernels. Allocates :func:`workspace_bytes`.
-    Never synchronises the device.
+    ``num_warps`` / ``num_stages`` for both kernels. ``row_norm``: weights fitted to each
+    row's own score mean and variance (:func:`polynomial_reference`), which removes the
+    plain weights' bias that does not shrink with the key count; it costs a second pass
+    of score dots over the intra-chunk keys. Allocates :func:`workspace_bytes`. Never
+    synchronises the device.
     """
     _check_causal(causal)
     check_precision(precision)
@@ -923,6 +1010,7 @@ def polynomial_attention(
         NUM_FEATURES=features,
         PRECISION=precision,
         EMULATE_BF16_DOT=emulate,
+        ROW_NORM=bool(row_norm),
         num_warps=num_warps,
         num_stages=num_stages,
     )
@@ -1002,6 +1090,7 @@ def guarded_attention(
     polynomial_kwargs: Mapping[str, Any] | None = None,
     sample_rows: int = 256,
     out: torch.Tensor | None = None,
+    row_norm: bool = False,
 ) -> tuple[torch.Tensor, GuardDecision]:
     """Polynomial attention when the sampled score spread allows it, else exact attention.
 
@@ -1011,7 +1100,8 @@ def guarded_attention(
     num_warps, num_stages, precision; precision defaults to ``precision``); otherwise
     :func:`polynomial_attention` with ``chunk``, ``exact_prefix``, ``precision``,
     ``exact_kwargs`` and ``polynomial_kwargs`` (block_m, block_n, feature_tile, num_warps,
-    num_stages). Both paths' arguments are validated before the spread is read.
+    num_stages) and ``row_norm``. Both paths' arguments are validated before the spread is
+    read.
     """
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise ValueError(f"threshold={threshold!r} must be a number (max allowed |score|)")
@@ -1073,6 +1163,7 @@ def guarded_attention(
         exact_prefix=exact_prefix,
         precision=precision,
         exact_kwargs=exact_kwargs,
+        row_norm=row_norm,
         **poly,
     )
     return result, decision

@@ -425,14 +425,18 @@ def _run_layer(
 # --------------------------------------------------------------------------------------
 # Polynomial attention
 # --------------------------------------------------------------------------------------
-def _run_polynomial(precision: str, exact_prefix: int, device: str) -> CheckResult:
+def _run_polynomial(
+    precision: str, exact_prefix: int, device: str, row_norm: bool = False
+) -> CheckResult:
     """Chunked polynomial attention on packed views vs its float64 dense reference."""
     from kernels.polynomial import polynomial_attention, polynomial_reference
 
     b, s, h, hd = 2, 45, 2, 16
     qkv = torch.randn(b, s, 3 * h * hd, generator=_generator())
     q, k, v = qkv.view(b, s, 3, h, hd).unbind(2)
-    reference = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix)
+    reference = polynomial_reference(
+        q, k, v, causal=True, exact_prefix=exact_prefix, row_norm=row_norm
+    )
     q_dev, k_dev, v_dev = qkv.to(device).view(b, s, 3, h, hd).unbind(2)
     out = polynomial_attention(
         q_dev,
@@ -445,6 +449,7 @@ def _run_polynomial(precision: str, exact_prefix: int, device: str) -> CheckResu
         block_m=16,
         block_n=16,
         exact_kwargs={"block_m": 16, "block_n": 16},
+        row_norm=row_norm,
     )
     return _result(out, reference, precision)
 
@@ -536,12 +541,21 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             "Triton GEMM + bias (+ exact GELU) vs torch",
             lambda device, c=case: _run_linear(c, device),
         )
-    for precision, exact_prefix in (("fp16", 0), ("ieee", 7)):
+    for precision, exact_prefix, row_norm in (
+        ("fp16", 0, False),
+        ("ieee", 7, False),
+        ("fp16", 0, True),
+        ("ieee", 7, True),
+    ):
         suffix = f"-exact{exact_prefix}" if exact_prefix else ""
+        suffix += "-rownorm" if row_norm else ""
         yield KernelCheck(
             f"polynomial/B2-S45-H2-hd16-c16{suffix}/{precision}",
-            "chunked polynomial attention vs float64 reference",
-            lambda device, p=precision, n=exact_prefix: _run_polynomial(p, n, device),
+            "chunked polynomial attention vs float64 reference"
+            + (" (row-normalised weights)" if row_norm else ""),
+            lambda device, p=precision, n=exact_prefix, r=row_norm: _run_polynomial(
+                p, n, device, r
+            ),
         )
     yield KernelCheck(
         "polynomial/guard/B2-S40-H2-hd16/fp16",

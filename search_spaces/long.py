@@ -29,9 +29,13 @@ SPACE = {
         {"name": "poly_guard", "values": [1.0, 2.0, 4.0], "when": {"attention": ["polynomial"]}},
         {
             "name": "poly_exact_prefix",
-            "values": [0, 1024],
+            "values": [0, 1024, 2048, 8192],
             "when": {"attention": ["polynomial"]},
         },
+        # Row-normalised weights: fitted to each row's own score mean and variance, they
+        # lose the Taylor weights' bias that does not shrink with the key count (CPU float64
+        # study, scripts/poly_guard_study.py: worst share 4.9x lower at rows 12-16k).
+        {"name": "poly_norm", "values": ["taylor", "row"], "when": {"attention": ["polynomial"]}},
         {"name": "host_io", "values": [False, True]},
         {
             "name": "attn_block_m",
@@ -51,6 +55,21 @@ SPACE = {
     ],
     "fixed": {"heads": "strided", "mask": "elide"},
     "enqueue": [
+        {
+            "attention": "polynomial",
+            "attn_precision": "fp16",
+            "gemm_precision": "fp16",
+            "qkv": "packed",
+            "batch_chunk": 1,
+            "poly_chunk": 256,
+            "poly_guard": 4.0,
+            "poly_exact_prefix": 2048,
+            "poly_norm": "row",
+            "attn_block_m": 128,
+            "attn_block_n": 64,
+            "attn_warps": 8,
+            "attn_stages": 3,
+        },
         {
             "attention": "polynomial",
             "attn_precision": "fp16",

@@ -77,6 +77,7 @@ class PolynomialAttention(AttentionBackend):
             precision=precision,
             out=out.view(shape),
             exact_kwargs=tiles(plan).kwargs() | {"precision": precision},
+            row_norm=plan.poly_norm == "row",
         )
         call.guard_log.append(decision)
         return out

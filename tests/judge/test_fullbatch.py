@@ -159,6 +159,38 @@ def test_polynomial_plan_runs_and_reports_its_guard(cpu_device) -> None:
     assert any("causal" in r for r in not_supported_reasons(plan, noncausal.config, cpu_device))
 
 
+def test_poly_norm_reaches_the_kernel(cpu_device, monkeypatch) -> None:
+    import kernels.polynomial as kp
+    from autotune.evaluate import evaluate_plan
+    from autotune.judge.gate import CaseBench
+
+    seen: list[bool] = []
+    real = kp.polynomial_attention
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs["row_norm"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kp, "polynomial_attention", spy)
+    bench = CaseBench(parse_custom("1,40,32,2,48,1,causal"), cpu_device)
+    for norm in ("taylor", "row"):
+        plan = Plan(
+            attention="polynomial",
+            attn_precision="ieee",
+            mask="elide",
+            poly_chunk=64,
+            poly_guard=8.0,  # wide enough that the polynomial runs
+            poly_norm=norm,
+            attn_block_m=16,
+            attn_block_n=16,
+        )
+        evaluate_plan(bench, plan, timing=None)  # judged; wide toy scores may fail the rule
+    assert True in seen and False in seen
+    assert Plan(poly_norm="row").hash != Plan().hash and "poly_norm" not in Plan().to_dict(
+        full=False
+    )
+
+
 def test_oracle_judged_timing_quotes_the_cached_oracle_time(cpu_device) -> None:
     from autotune.evaluate import evaluate_plan
     from autotune.judge.gate import CaseBench

@@ -116,6 +116,70 @@ def test_matches_reference_on_packed_views(
 
 
 @pytest.mark.parametrize(
+    ("seq_len", "head_dim", "chunk", "exact_prefix", "precision", "block"),
+    [
+        (45, 16, 16, 0, "ieee", 16),
+        (45, 16, 16, 0, "fp16", 16),
+        (100, 24, 32, 0, "ieee", 16),  # head dims padded, chunks crossed mid-block
+        (70, 32, 32, 40, "fp16", 16),
+        (77, 16, 32, 5, "ieee", 32),  # 32-row query blocks, a partial last chunk
+    ],
+    ids=lambda x: str(x),
+)
+def test_row_normalised_weights_match_their_reference(
+    device: str,
+    seq_len: int,
+    head_dim: int,
+    chunk: int,
+    exact_prefix: int,
+    precision: str,
+    block: int,
+) -> None:
+    q, k, v = packed_qkv(2, seq_len, 2, head_dim, seed=3)
+    reference = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix, row_norm=True)
+    plain = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix)
+    assert (reference - plain).abs().max() > 1e-3  # the two weightings differ here
+    q_d, k_d, v_d = on_device(device, q, k, v)
+    result = polynomial_attention(
+        q_d,
+        k_d,
+        v_d,
+        causal=True,
+        chunk=chunk,
+        exact_prefix=exact_prefix,
+        precision=precision,
+        exact_kwargs={**EXACT_TILES, "precision": "ieee"},
+        block_m=block,
+        block_n=16,
+        feature_tile=4,
+        row_norm=True,
+    )
+    tol = TOLERANCE[precision]
+    if exact_prefix and precision != "fp16":
+        tol = Tolerance(atol=2e-5, rtol=2e-5)
+    assert_rule(result, reference, tol)
+
+
+def test_row_normalised_weights_sum_to_the_key_count_and_fit_exp_better() -> None:
+    # Weights 1 + t + (t^2 - var)/2 sum to n per row: a constant v comes out unchanged.
+    q, k, v = packed_qkv(1, 64, 1, 16, seed=4)
+    const = torch.full_like(v, 0.75)
+    out = polynomial_reference(q * 0.6, k * 0.6, const, causal=True, row_norm=True)
+    assert torch.allclose(out, torch.full_like(out, 0.75), atol=1e-12)
+    # Official-like score spread (std 0.32), v correlated with k: nearer softmax than the
+    # Taylor weights (2.5x on this draw; the bias they remove grows in share with S).
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 512, 1, 64, generator=g, dtype=torch.float64)
+    q2, k2 = x @ torch.randn(64, 64, generator=g, dtype=torch.float64) * 0.08, x * 0.5
+    v2 = x + 0.3 * torch.randn(x.shape, generator=g, dtype=torch.float64)
+    exact = polynomial_reference(q2, k2, v2, causal=True, exact_prefix=512)
+    rows = slice(128, None)  # past the few-key rows
+    taylor = (polynomial_reference(q2, k2, v2, causal=True) - exact)[:, rows].abs().max()
+    row = (polynomial_reference(q2, k2, v2, causal=True, row_norm=True) - exact)[:, rows]
+    assert row.abs().max() < 0.5 * taylor
+
+
+@pytest.mark.parametrize(
     "tiles",
     [
         {"block_m": 16, "block_n": 16, "feature_tile": 4},
