@@ -360,6 +360,28 @@ def _prefix_state_kernel(
 
 
 @triton.jit
+def _chunk_scores(
+    q_op, k_base, stride_ks, offs_n, offs_d, n_ok, d_ok, sqrt_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """Scaled scores ``s = q' . k'`` of a query block against one key block (unmasked)."""
+    kt = tl.load(
+        k_base + offs_n[None, :] * stride_ks + offs_d[:, None],
+        mask=n_ok[None, :] & d_ok[:, None],
+        other=0.0,
+    )
+    s = dot(
+        q_op,
+        to_operand(kt, PRECISION, EMULATE_BF16_DOT),
+        tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32),
+        PRECISION,
+        EMULATE_BF16_DOT,
+    )
+    return s * sqrt_scale
+
+
+@triton.jit
 def _output_kernel(
     q_ptr,
     k_ptr,
@@ -518,19 +540,10 @@ def _output_kernel(
         for start_n in range(chunk * CHUNK, hi, BLOCK_N):
             offs_n = start_n + offs_n0
             n_ok = offs_n < seq_len
-            kt = tl.load(
-                k_base + offs_n[None, :] * stride_ks + offs_d[:, None],
-                mask=n_ok[None, :] & d_ok[:, None],
-                other=0.0,
-            )
-            s = dot(
-                q_op,
-                to_operand(kt, PRECISION, EMULATE_BF16_DOT),
-                tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32),
-                PRECISION,
-                EMULATE_BF16_DOT,
-            )
-            s = s * sqrt_scale
+            s = _chunk_scores(
+                q_op, k_base, stride_ks, offs_n, offs_d, n_ok, d_ok, sqrt_scale,
+                BLOCK_M, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+            )  # fmt: skip
             keep = (offs_n[None, :] <= offs_m[:, None]) & n_ok[None, :]
             s = tl.where(keep, s, 0.0)
             s1 += tl.sum(s, 1)
@@ -548,19 +561,10 @@ def _output_kernel(
     for start_n in range(chunk * CHUNK, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         n_ok = offs_n < seq_len
-        kt = tl.load(
-            k_base + offs_n[None, :] * stride_ks + offs_d[:, None],
-            mask=n_ok[None, :] & d_ok[:, None],
-            other=0.0,
-        )
-        s = dot(
-            q_op,
-            to_operand(kt, PRECISION, EMULATE_BF16_DOT),
-            tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32),
-            PRECISION,
-            EMULATE_BF16_DOT,
-        )
-        s = s * sqrt_scale
+        s = _chunk_scores(
+            q_op, k_base, stride_ks, offs_n, offs_d, n_ok, d_ok, sqrt_scale,
+            BLOCK_M, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+        )  # fmt: skip
         p = a_row[:, None] + b_row[:, None] * s + 0.5 * s * s
         p = tl.where((offs_n[None, :] <= offs_m[:, None]) & n_ok[None, :], p, 0.0)
         v = tl.load(

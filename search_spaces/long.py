@@ -4,6 +4,12 @@ attention), batch streaming to bound memory, the whole batch's input and output 
 memory where the device is too small, no graphs (one forward is seconds long). Judged
 against the streamed exact oracle."""
 
+# The enqueued plans' shared parts: fp16 operands, packed QKV, one sequence at a time,
+# and the exact attention's tiles.
+_FP16 = {"attn_precision": "fp16", "gemm_precision": "fp16", "qkv": "packed", "batch_chunk": 1}
+_TILES = {"attn_block_m": 128, "attn_block_n": 64, "attn_warps": 8, "attn_stages": 3}
+_POLY = {"attention": "polynomial", **_FP16, "poly_chunk": 256, "poly_guard": 4.0, **_TILES}
+
 SPACE = {
     "name": "gpu-long",
     "profiles": ["rtx5080", "rtx4090", "a100", "h100", "h200"],
@@ -55,64 +61,10 @@ SPACE = {
     ],
     "fixed": {"heads": "strided", "mask": "elide"},
     "enqueue": [
-        {
-            "attention": "polynomial",
-            "attn_precision": "fp16",
-            "gemm_precision": "fp16",
-            "qkv": "packed",
-            "batch_chunk": 1,
-            "poly_chunk": 256,
-            "poly_guard": 4.0,
-            "poly_exact_prefix": 2048,
-            "poly_norm": "row",
-            "attn_block_m": 128,
-            "attn_block_n": 64,
-            "attn_warps": 8,
-            "attn_stages": 3,
-        },
-        {
-            "attention": "polynomial",
-            "attn_precision": "fp16",
-            "gemm_precision": "fp16",
-            "qkv": "packed",
-            "batch_chunk": 1,
-            "poly_chunk": 256,
-            "poly_guard": 4.0,
-            "poly_exact_prefix": 1024,
-            "attn_block_m": 128,
-            "attn_block_n": 64,
-            "attn_warps": 8,
-            "attn_stages": 3,
-        },
-        {
-            "attention": "triton",
-            "attn_precision": "fp16",
-            "gemm_precision": "fp16",
-            "qkv": "packed",
-            "batch_chunk": 1,
-            "attn_block_m": 128,
-            "attn_block_n": 64,
-            "attn_warps": 8,
-            "attn_stages": 3,
-        },
-        {
-            "attention": "sdpa_cudnn",
-            "attn_precision": "fp16",
-            "gemm_precision": "fp16",
-            "qkv": "packed",
-            "batch_chunk": 1,
-        },
-        {
-            "attention": "triton",
-            "attn_precision": "fp16",
-            "gemm_precision": "fp16",
-            "qkv": "packed",
-            "batch_chunk": 1,
-            "host_io": True,
-            "attn_block_m": 128,
-            "attn_block_n": 64,
-            "attn_warps": 8,
-            "attn_stages": 3,
-        },
+        {**_POLY, "poly_exact_prefix": 2048, "poly_norm": "row"},
+        {**_POLY, "poly_exact_prefix": 1024},
+        {"attention": "triton", **_FP16, **_TILES},
+        {"attention": "sdpa_cudnn", **_FP16},
+        {"attention": "triton", **_FP16, "host_io": True, **_TILES},
     ],
 }

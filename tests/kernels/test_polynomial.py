@@ -94,9 +94,26 @@ def test_matches_reference_on_packed_views(
     device: str, seq_len: int, head_dim: int, chunk: int, exact_prefix: int, precision: str
 ) -> None:
     q, k, v = packed_qkv(2, seq_len, 2, head_dim)
-    reference = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix)
+    _matches_reference(device, q, k, v, chunk, exact_prefix, precision, **SMALL_TILES)
+
+
+def _matches_reference(
+    device: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    chunk: int,
+    exact_prefix: int,
+    precision: str,
+    row_norm: bool = False,
+    **tiles: int,
+) -> None:
+    """The kernel on strided views of one packed buffer against its float64 reference."""
+    reference = polynomial_reference(
+        q, k, v, causal=True, exact_prefix=exact_prefix, row_norm=row_norm
+    )
     q_d, k_d, v_d = on_device(device, q, k, v)
-    assert q_d.stride(1) == 3 * 2 * head_dim  # strided views of the packed buffer
+    assert q_d.stride(1) == 3 * q.shape[2] * q.shape[3]  # strided views of the packed buffer
     result = polynomial_attention(
         q_d,
         k_d,
@@ -106,7 +123,8 @@ def test_matches_reference_on_packed_views(
         exact_prefix=exact_prefix,
         precision=precision,
         exact_kwargs={**EXACT_TILES, "precision": "ieee"},
-        **SMALL_TILES,
+        row_norm=row_norm,
+        **tiles,
     )
     assert result.dtype == torch.float32
     tol = TOLERANCE[precision]
@@ -136,28 +154,11 @@ def test_row_normalised_weights_match_their_reference(
     block: int,
 ) -> None:
     q, k, v = packed_qkv(2, seq_len, 2, head_dim, seed=3)
-    reference = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix, row_norm=True)
-    plain = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix)
-    assert (reference - plain).abs().max() > 1e-3  # the two weightings differ here
-    q_d, k_d, v_d = on_device(device, q, k, v)
-    result = polynomial_attention(
-        q_d,
-        k_d,
-        v_d,
-        causal=True,
-        chunk=chunk,
-        exact_prefix=exact_prefix,
-        precision=precision,
-        exact_kwargs={**EXACT_TILES, "precision": "ieee"},
-        block_m=block,
-        block_n=16,
-        feature_tile=4,
-        row_norm=True,
-    )
-    tol = TOLERANCE[precision]
-    if exact_prefix and precision != "fp16":
-        tol = Tolerance(atol=2e-5, rtol=2e-5)
-    assert_rule(result, reference, tol)
+    taylor = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix)
+    row = polynomial_reference(q, k, v, causal=True, exact_prefix=exact_prefix, row_norm=True)
+    assert (row - taylor).abs().max() > 1e-3  # the two weightings differ here
+    tiles = {"block_m": block, "block_n": 16, "feature_tile": 4}
+    _matches_reference(device, q, k, v, chunk, exact_prefix, precision, row_norm=True, **tiles)
 
 
 def test_row_normalised_weights_sum_to_the_key_count_and_fit_exp_better() -> None:
