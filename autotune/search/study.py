@@ -38,10 +38,23 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def tpe_gamma(n: int) -> int:
+    """How many of n finished trials TPE models as good: 15%, at most 25 (Optuna's
+    default takes 10%). Replayed on the H200 efficiency caches over 120 seeds
+    (``scripts/tpe_variants.py``), the measured trials to within 3% of the exhaustive best
+    fell from a median of 38 to 31.5 on case 2 and from 33 to 30 on case 13."""
+    return min(int(0.15 * n) + 1, 25)
+
+
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         return optuna.samplers.TPESampler(
-            seed=seed, multivariate=True, group=True, n_startup_trials=8, constant_liar=True
+            seed=seed,
+            multivariate=True,
+            group=True,
+            n_startup_trials=8,
+            constant_liar=True,
+            gamma=tpe_gamma,
         )
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
