@@ -20,7 +20,7 @@ from autotune.search.space import load_space_file
 # The studies' TPE before session 8 (Optuna's default gamma, 10%), and variants of it.
 BASE: dict[str, Any] = dict(multivariate=True, group=True, n_startup_trials=8, constant_liar=True)
 VARIANTS: dict[str, dict[str, Any]] = {
-    "TPE, default gamma": {},
+    "default gamma": {},
     "n_ei_candidates 64": dict(n_ei_candidates=64),
     "prior_weight 2": dict(prior_weight=2.0),
     "prior_weight 0.5": dict(prior_weight=0.5),
