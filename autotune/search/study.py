@@ -46,16 +46,23 @@ def tpe_gamma(n: int) -> int:
     return min(int(0.15 * n) + 1, 25)
 
 
+def _tpe_sampler(seed: int | None) -> optuna.samplers.TPESampler:
+    """The studies' TPE. Optuna 4.9 deprecated ``gamma`` (removal planned for 6.0): its
+    FutureWarning is not shown, and where the argument is gone Optuna's default serves."""
+    kwargs: dict[str, Any] = dict(
+        seed=seed, multivariate=True, group=True, n_startup_trials=8, constant_liar=True
+    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*gamma.*deprecated", category=FutureWarning)
+        try:
+            return optuna.samplers.TPESampler(**kwargs, gamma=tpe_gamma)
+        except TypeError:
+            return optuna.samplers.TPESampler(**kwargs)
+
+
 def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
     if name == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=seed,
-            multivariate=True,
-            group=True,
-            n_startup_trials=8,
-            constant_liar=True,
-            gamma=tpe_gamma,
-        )
+        return _tpe_sampler(seed)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
     if name == "gp":

@@ -144,3 +144,15 @@ def test_repeats_are_free_in_the_replay_count() -> None:
     assert run.to_within(1.0) == (4, 2) and run.measured_to_within(1.0) == 2
     (row,) = summarise_runs([run], 1.0, 10, 10.0)
     assert row["median trials"] == 4 and row["median trials, repeats free"] == 2
+
+
+def test_studies_tpe_models_the_best_15_percent_without_a_deprecation_warning() -> None:
+    import warnings
+
+    from autotune.search.study import make_sampler, tpe_gamma
+
+    assert [tpe_gamma(n) for n in (0, 10, 100, 1000)] == [1, 2, 16, 25]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Optuna 4.9+ deprecates gamma: not shown to users
+        sampler = make_sampler("tpe", 0)
+    assert sampler._gamma is tpe_gamma  # type: ignore[attr-defined]
