@@ -153,6 +153,6 @@ def test_studies_tpe_models_the_best_15_percent_without_a_deprecation_warning() 
 
     assert [tpe_gamma(n) for n in (0, 10, 100, 1000)] == [1, 2, 16, 25]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # Optuna 4.9+ deprecates gamma: not shown to users
+        warnings.simplefilter("error", FutureWarning)  # Optuna 4.9+ deprecates gamma
         sampler = make_sampler("tpe", 0)
     assert sampler._gamma is tpe_gamma  # type: ignore[attr-defined]
