@@ -5,7 +5,7 @@
 # h200 and under rtx5080 emulation (16 GiB cap, host I/O). Outputs become
 # docs/results/h200/case14_exact.json and case14_guarded.json.
 set -o pipefail
-source scripts/device_prelude.sh
+[ -n "${PRELUDE_DONE:-}" ] || source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 export TRITON_INTERPRET=0
 timeout "${C14_TIMEOUT:-540}" python3 -m autotune long --case 14 --seeds "${C14_SEEDS:-5}" \
