@@ -251,10 +251,10 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "mask_bounds",
         False,
-        "fused_layer=rows with a token mask: one launch per forward finds each sequence's "
-        "all-valid key prefix and last valid key on the device; the flash attention skips "
-        "the mask inside the prefix and every key block past the last valid key (the same "
-        "result)",
+        "the Triton attention (fused_layer=rows, or attention=triton per layer) with a token "
+        "mask: one launch (per forward, or per layer) finds each sequence's all-valid key "
+        "prefix and last valid key on the device; the attention skips the mask inside the "
+        "prefix and every key block past the last valid key (the same result)",
         choices=(False, True),
         needs={True: "fused_layer=rows"},
         group="kernels",

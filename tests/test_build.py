@@ -255,9 +255,12 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     assert not_supported_reasons(layer.replace(fused_layer="rows"), long, cpu_device) == []
     bounded = layer.replace(fused_layer="rows", mask_bounds=True)
     assert not_supported_reasons(bounded, long, cpu_device) == []
-    for other in ({"fused_layer": "heads"}, {"fused_layer": "none"}):
+    for other in ({"fused_layer": "heads"}, {"fused_layer": "none", "attention": "sdpa_math"}):
         reasons = not_supported_reasons(bounded.replace(**other), cfg, cpu_device)
         assert any("mask_bounds=True applies to" in r for r in reasons), (other, reasons)
+    # The per-layer Triton attention takes the bounds too.
+    per_layer = bounded.replace(fused_layer="none")
+    assert not_supported_reasons(per_layer, cfg, cpu_device) == []
 
 
 def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:
@@ -276,6 +279,9 @@ def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:
 
 DEVICE_MASK_PLANS = {
     "triton-attention": Plan(attention="triton", mask="elide", attn_block_m=16, attn_block_n=16),
+    "triton-attention-bounds": Plan(
+        attention="triton", mask="elide", attn_block_m=16, attn_block_n=16, mask_bounds=True
+    ),
     "fused-block": Plan(fused_block=True, mask="elide", attn_block_m=16),
     "fused-layer-heads": Plan(
         attention="triton", fused_layer="heads", attn_block_m=16, attn_block_n=16, row_block=16
@@ -346,3 +352,37 @@ def test_parameters_are_read_once_per_version_and_refresh_remakes_them(
     with torch.inference_mode():
         cand(x)
     assert len(made) == 6  # load_state_dict bumps the version itself
+
+
+def test_per_layer_triton_attention_with_mask_bounds_takes_them_per_layer(
+    cpu_device, monkeypatch
+) -> None:
+    """mask_bounds on the per-layer Triton attention: every layer's attention launch gets
+    the bounds of the call's own mask (one small launch a layer), none without a mask, and
+    the output is the one without bounds."""
+    import kernels.attention as flash
+
+    made: list[torch.Tensor] = []
+    original = flash.key_mask_bounds
+
+    def spy(mask, out=None):
+        made.append(mask)
+        return original(mask, out)
+
+    monkeypatch.setattr(flash, "key_mask_bounds", spy)
+    cfg = TransformerConfig(2, 19, 32, 2, 48, 2, True)
+    torch.manual_seed(4)
+    ref = ReferenceTransformer(cfg).eval()
+    plain = DEVICE_MASK_PLANS["triton-attention"]
+    bounded = build_candidate(plain.replace(mask_bounds=True), cfg, cpu_device, ref.state_dict())
+    unbounded = build_candidate(plain, cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 19, 32)
+    mask = _masks(2, 19)["right-padded"]
+    xm = x.masked_fill(~mask[..., None], 0.0)
+    with torch.inference_mode():
+        got = bounded(xm, mask)
+        assert len(made) == cfg.num_layers and all(m is mask for m in made)
+        torch.testing.assert_close(got, unbounded(xm, mask), rtol=0, atol=1e-6)
+        assert len(made) == cfg.num_layers  # the plan without bounds computed none
+        bounded(x)
+    assert len(made) == cfg.num_layers  # no mask: no bounds

@@ -28,8 +28,11 @@ class NoFusedLayer(FusedLayerFamily):
     def reasons(
         self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
     ) -> list[str]:
-        if plan.mask_bounds:
-            return ["mask_bounds=True applies to fused_layer=rows; set fused_layer=rows"]
+        if plan.mask_bounds and plan.attention != "triton":
+            return [
+                "mask_bounds=True applies to the project's Triton attention (attention=triton, "
+                f"per layer or in fused_layer=rows); got attention={plan.attention}"
+            ]
         return []
 
 

@@ -55,9 +55,15 @@ class TritonAttention(AttentionBackend):
         return attention_kernel_reasons(plan, config, device, prune=prune)
 
     def attend(self, call: AttentionCall) -> Tensor:
-        from kernels.attention import attention
+        from kernels.attention import attention, key_mask_bounds
 
         c = call.config
+        # mask_bounds: one small launch finds each sequence's all-valid key prefix and last
+        # valid key; key blocks inside the prefix skip the mask, blocks past the end are
+        # skipped (an all-True mask then costs what no mask costs). Same result.
+        bounds = (
+            key_mask_bounds(call.mask) if call.plan.mask_bounds and call.mask is not None else None
+        )
         b, s, d = call.q.shape
         shape = (b, s, c.num_heads, c.head_dim)
         out = torch.empty(b, s, d, device=call.q.device, dtype=torch.float32)
@@ -67,6 +73,7 @@ class TritonAttention(AttentionBackend):
             call.v.view(shape),
             causal=c.causal,
             key_mask=call.mask,  # exact for every mask; None: no mask
+            key_bounds=bounds,
             out=out.view(shape),
             **tiles(call.plan).kwargs(),
             precision=triton_precision(call.plan.attn_precision),
