@@ -29,6 +29,11 @@ def cmd_long(args: argparse.Namespace) -> int:
     if not 1 <= args.seeds <= len(ACCURACY_SEEDS):
         raise ValueError(f"--seeds takes 1..{len(ACCURACY_SEEDS)}, got {args.seeds}")
     chunks = chunk_pair(args.oracle_chunks, "--oracle-chunks")
+    if not args.input_scale > 0:
+        raise ValueError(
+            f"--input-scale takes a positive number (1: the official inputs), got "
+            f"{args.input_scale}"
+        )
     device = detect_device(args.device)
     routes = [
         route_for(name, parse_plan(plan), device)
@@ -45,14 +50,17 @@ def cmd_long(args: argparse.Namespace) -> int:
         command="autotune long " + " ".join(args.argv_text),
         force=args.force,
         log=lambda line: print(line, flush=True),
+        input_scale=args.input_scale,
     )
+    scaled = f" (inputs x{args.input_scale:g})" if args.input_scale != 1.0 else ""
     for s in summaries:
         verdict = "PASS" if s["passed"] else "FAIL"
         wall = f"{s['median_wall_s']:.3f} s" if s["median_wall_s"] is not None else "-"
         peak = f"{s['peak_memory_bytes'] / 2**30:.2f} GiB" if s["peak_memory_bytes"] else "-"
         worst = s["worst_budget_share"]
         print(
-            f"{verdict} case {s['case']} {s['label']}: median {wall} per forward, peak {peak}, "
+            f"{verdict} case {s['case']} {s['label']}{scaled}: median {wall} per forward, "
+            f"peak {peak}, "
             f"{s['failed']} failed of {s['elements']} elements over {len(s['seeds'])} seeds, "
             f"max abs err {s['max_abs_err']:.3g}, worst "
             f"{worst:.4f} of the allowance"
@@ -91,6 +99,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--dense",
         action="store_true",
         help="add the dense reference itself as a route: proves the oracle where both run",
+    )
+    p.add_argument(
+        "--input-scale",
+        type=float,
+        default=1.0,
+        help="multiply the official inputs by this (a stress test of approximations and "
+        "guards; recorded per route, and export never takes a scaled record as evidence)",
     )
     p.add_argument("--out", help="write the records as JSON here")
     p.set_defaults(func=cmd_long)

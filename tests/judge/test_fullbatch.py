@@ -35,6 +35,35 @@ def test_every_route_is_checked_on_the_whole_batch_of_every_seed(cpu_device) -> 
     assert sum("oracle" in line for line in logs) == 2  # one oracle output per seed
 
 
+def test_scaled_inputs_reach_the_generator_and_the_record(cpu_device, monkeypatch) -> None:
+    import autotune.judge.fullbatch as longrun
+
+    scales: list[float] = []
+    real = longrun.generate_random_case
+
+    def generate(config, device, dtype, seed, padding_ratio=0.0, input_scale=1.0):  # type: ignore[no-untyped-def]
+        scales.append(input_scale)
+        return real(config, device, dtype, seed, padding_ratio, input_scale)
+
+    monkeypatch.setattr(longrun, "generate_random_case", generate)
+    case = parse_custom(SMALL)
+    (rec,) = verify_full_batch(
+        case,
+        [Route("library", Plan(attention="sdpa_math"), cpu_device)],
+        seeds=(1234,),
+        oracle_chunks=(16, 8),
+        log=lambda _: None,
+        input_scale=4.0,
+    )
+    assert scales[-1] == 4.0 and rec.passed and rec.summary()["input_scale"] == 4.0
+
+
+def test_long_refuses_a_scale_that_is_not_positive(capsys) -> None:
+    assert cli(f"long --case {SMALL} --force --route cpu=reference --input-scale 0") == 2
+    err = capsys.readouterr().err
+    assert "--input-scale takes a positive number" in err and "got 0.0" in err
+
+
 def test_a_wrong_route_fails_with_its_count_and_the_others_still_run(
     cpu_device, monkeypatch
 ) -> None:
@@ -279,6 +308,16 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
             for h in sorted(hashes)
         ],
     }
+    # A record of scaled inputs (a stress test) is no evidence: the export verifies itself.
+    scaled = tmp_path / "scaled.json"
+    scaled.write_text(
+        json.dumps(record | {"routes": [r | {"input_scale": 2.0} for r in record["routes"]]})
+    )
+    assert cli(f"{export} --fresh --verified {scaled}") == 0
+    entry = next(iter(load_table(table).entries.values()))
+    assert entry["admitted"] and entry["evidence"]["full_batch"]["source"] == (
+        "verified by this export"
+    )
     rec = tmp_path / "long.json"
     rec.write_text(json.dumps(record))
     assert cli(f"{export} --fresh --verified {rec}") == 0
