@@ -256,7 +256,7 @@ KNOBS: tuple[Knob, ...] = (
         "prefix and last valid key on the device; the attention skips the mask inside the "
         "prefix and every key block past the last valid key (the same result)",
         choices=(False, True),
-        needs={True: "fused_layer=rows"},
+        needs={True: "attention=triton (per layer or fused_layer=rows)"},
         group="kernels",
     ),
 )

@@ -4,3 +4,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+export TRITON_INTERPRET=0  # compiled kernels on the device, whatever the caller's shell says
+# step NAME...: one line in the call's log ($LOG, when the script sets it) with the seconds so far.
+step() { echo "=== $* (t=${SECONDS}s)" | tee -a "${LOG:-/dev/null}"; }

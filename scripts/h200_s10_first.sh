@@ -9,9 +9,7 @@
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
-export TRITON_INTERPRET=0
 LOG="$OUT/s10.log"
-step() { echo "=== $* (t=${SECONDS}s)" | tee -a "$LOG"; }
 step "case 14 exact routes"
 timeout "${EXACT_TIMEOUT:-380}" python3 -m autotune long --case 14 --seeds 5 \
   --route h200=@docs/plans/c14_exact_triton_bounds.json \

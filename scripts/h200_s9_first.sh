@@ -14,9 +14,7 @@
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
-export TRITON_INTERPRET=0
 LOG="$OUT/s9.log"
-step() { echo "=== $* (t=${SECONDS}s)" | tee -a "$LOG"; }
 cp studies.db "$OUT/studies.db"
 DB="sqlite:///$OUT/studies.db"
 heads='"attention":"triton","attn_precision":"fp16","cuda_graph":true,"fused_layer":"heads","gemm_precision":"fp16","row_block":16,"attn_block_m":32'

@@ -11,9 +11,7 @@
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
-export TRITON_INTERPRET=0
 LOG="$OUT/s9b.log"
-step() { echo "=== $* (t=${SECONDS}s)" | tee -a "$LOG"; }
 cp studies.db "$OUT/studies.db"
 DB="sqlite:///$OUT/studies.db"
 step "case 14 routes"
