@@ -154,8 +154,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "attn_warps",
         4,
-        "Triton attention: warps per program",
-        choices=(1, 2, 4, 8),
+        "Triton attention: warps per program (fused_layer=seq: of the whole layer's program)",
+        choices=(1, 2, 4, 8, 16),
         group="kernels",
     ),
     Knob(
@@ -228,8 +228,9 @@ KNOBS: tuple[Knob, ...] = (
         "whole layers for any batch: heads = two launches a layer (LayerNorm1, projections and "
         "attention per query block, head and sequence; then out-proj, LayerNorm2, FFN and "
         "residuals per row block), rows = three (LayerNorm1 + QKV per row block, the flash "
-        "attention, the same row kernel); attention tiles from attn_*, operand precisions "
-        "from attn_precision and gemm_precision",
+        "attention, the same row kernel), seq = one (a query block of one sequence per "
+        "program: every head, out-proj, FFN; attn_block_m rows, attn_warps); attention tiles "
+        "from attn_*, operand precisions from attn_precision and gemm_precision",
         choices=backends.values("fused_layer"),
         needs=backends.needs("fused_layer"),
         group="kernels",
@@ -237,14 +238,14 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "row_block",
         32,
-        "fused_layer: rows per program of the row kernels",
+        "fused_layer heads and rows: rows per program of the row kernels",
         choices=(16, 32, 64, 128),
         group="kernels",
     ),
     Knob(
         "row_warps",
         4,
-        "fused_layer: warps per program of the row kernels",
+        "fused_layer heads and rows: warps per program of the row kernels",
         choices=(2, 4, 8),
         group="kernels",
     ),

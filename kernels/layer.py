@@ -18,6 +18,18 @@ work is split where it parallelises:
      (padded rows zeroed again) in the last layer. Each program reads and writes only its
      own rows, so it runs in place on the residual stream.
 
+``seq`` (one launch a layer, ``seq_len <= 128``, ``d_model <= 128``):
+  grid ``(cdiv(S, BLOCK_M), B)``: one block of query rows of one sequence per program, every
+  head in turn. LayerNorm1 of the keys the block needs (all of them in one tile: no online
+  softmax, no K/V recomputation across key blocks) and of its query rows; per head ``q``,
+  ``k``, ``v``, the scores, a one-pass softmax in fp32, ``p @ v`` and that head's share of
+  the output projection ``ctx_h @ Wo[:, head]^T`` accumulated in fp32; then ``+ bo``,
+  residual, LayerNorm2, FFN in chunks, residual, row zeroing and the final LayerNorm in
+  the last layer, as the post-rows kernel does. The residual stream goes through memory
+  once per layer (read and written once). With one query block per sequence
+  (``BLOCK_M >= S``) a program reads only its own sequence and runs in place; otherwise
+  layers alternate between two buffers (programs of one sequence read each other's rows).
+
 ``rows`` (three launches a layer, any sequence length):
   A1. qkv rows, grid ``cdiv(B*S, BLOCK_R)``: LayerNorm1 and the three projections into a
       packed ``[B, S, 3, H, hd]`` buffer (the attention operand dtype);
@@ -74,9 +86,13 @@ from kernels.block import (
 
 LAYERNORM_EPS = 1e-5
 LOG2_E = math.log2(math.e)
-VARIANTS = ("heads", "rows")
+VARIANTS = ("heads", "rows", "seq")
 MAX_HEADS_SEQ_LEN = 256  # heads: K/V recomputed per query block grows like S**2 / BLOCK_M
 MAX_D_MODEL = 256  # the row kernels hold whole rows of the residual stream
+# seq: every key of a sequence in one tile, beside a block of query rows and a whole-row
+# fp32 accumulator of the output projection, in registers.
+MAX_SEQ_SEQ_LEN = 128
+MAX_SEQ_D_MODEL = 128
 MIN_HEAD_DIM = 8
 MAX_HEADS_HEAD_DIM = 128
 ROW_PRECISIONS = ("ieee", "tf32", "tf32x3", "fp16", "bf16")
@@ -462,6 +478,154 @@ def _post_rows_kernel(
     tl.store(out_ptr + offsets, y, mask=io_mask)
 
 
+@triton.jit
+def _seq_layer_kernel(
+    x_ptr,
+    out_ptr,
+    key_mask_ptr,
+    n1w_ptr,
+    n1b_ptr,
+    wq_ptr,
+    bq_ptr,
+    wk_ptr,
+    bk_ptr,
+    wv_ptr,
+    bv_ptr,
+    wo_ptr,
+    bo_ptr,
+    n2w_ptr,
+    n2b_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    nfw_ptr,
+    nfb_ptr,
+    seq_len,
+    d_model,
+    num_heads,
+    head_dim,
+    ffn_dim,
+    num_q_blocks,
+    qk_scale,
+    eps,
+    CAUSAL: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    FINAL_NORM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_HD: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    PREC_G: tl.constexpr,
+    PREC_A: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):
+    off_b = tl.program_id(1).to(tl.int64)
+    # The last query blocks first: under causal masking they have the most keys.
+    start_m = (num_q_blocks - 1 - tl.program_id(0)) * BLOCK_M
+    x_base = x_ptr + off_b * seq_len * d_model
+
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_c = tl.arange(0, BLOCK_HD)
+    d_ok = offs_d < d_model
+    c_ok = offs_c < head_dim
+    row_ok = offs_m < seq_len
+    hi = seq_len
+    if CAUSAL:
+        hi = tl.minimum(seq_len, start_m + BLOCK_M)
+    key_in = offs_s < hi
+
+    # LayerNorm1 of every key this block attends to, once for all heads.
+    h_k = _normed_rows(
+        x_base, offs_s, key_in, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
+        EMULATE_BF16_DOT,
+    )  # fmt: skip
+    h_q = _normed_rows(
+        x_base, offs_m, row_ok, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
+        EMULATE_BF16_DOT,
+    )  # fmt: skip
+    valid = key_in[None, :]
+    if HAS_KEY_MASK:  # any key may be masked: the mask's byte, read here
+        key_ok = tl.load(key_mask_ptr + off_b * seq_len + offs_s, mask=key_in, other=0)
+        valid = valid & (key_ok != 0)[None, :]
+    if CAUSAL:
+        valid = valid & (offs_s[None, :] <= offs_m[:, None])
+
+    attn = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for hh in range(0, num_heads):
+        col0 = hh * head_dim
+        q = _head_projection(
+            h_q, wq_ptr, bq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+            BLOCK_M, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        k = _head_projection(
+            h_k, wk_ptr, bk_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+            BLOCK_S, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        v = _head_projection(
+            h_k, wv_ptr, bv_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+            BLOCK_S, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        qk = dot(
+            to_operand(q, PREC_A, EMULATE_BF16_DOT),
+            to_operand(tl.trans(k), PREC_A, EMULATE_BF16_DOT),
+            tl.zeros([BLOCK_M, BLOCK_S], dtype=tl.float32),
+            PREC_A,
+            EMULATE_BF16_DOT,
+        )
+        qk = tl.where(valid, qk * qk_scale, float("-inf"))  # log2 domain, after the product
+        m = tl.max(qk, 1)
+        m = tl.where(m == float("-inf"), 0.0, m)  # a row with no valid key: 0, not NaN
+        p = tl.exp2(qk - m[:, None])
+        l_i = tl.sum(p, 1)
+        ctx = dot(
+            to_operand(p, PREC_A, EMULATE_BF16_DOT),
+            to_operand(v, PREC_A, EMULATE_BF16_DOT),
+            tl.zeros([BLOCK_M, BLOCK_HD], dtype=tl.float32),
+            PREC_A,
+            EMULATE_BF16_DOT,
+        )
+        ctx = ctx / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # no valid key: context 0
+        # Wo[:, head]^T tile [BLOCK_HD, BLOCK_D]: element (c, n) = Wo[n, col0 + c].
+        wo_t = tl.load(
+            wo_ptr + offs_d[None, :] * d_model + (col0 + offs_c)[:, None],
+            mask=c_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        attn = dot(
+            to_operand(ctx, PREC_G, EMULATE_BF16_DOT),
+            to_operand(wo_t, PREC_G, EMULATE_BF16_DOT),
+            attn,
+            PREC_G,
+            EMULATE_BF16_DOT,
+        )
+    attn += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+    valid_row = row_ok
+    if HAS_KEY_MASK:  # padded rows of the attention output, as the reference zeroes them
+        valid_row = tl.load(key_mask_ptr + off_b * seq_len + offs_m, mask=row_ok, other=0) != 0
+        attn = tl.where(valid_row[:, None], attn, 0.0)
+    offsets = offs_m[:, None] * d_model + offs_d[None, :]
+    io_mask = row_ok[:, None] & d_ok[None, :]
+    x1 = tl.load(x_base + offsets, mask=io_mask, other=0.0) + attn
+
+    f = _ffn_of_rows(
+        x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
+        BLOCK_M, BLOCK_D, BLOCK_F, PREC_G, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+    if HAS_KEY_MASK:
+        y = tl.where(valid_row[:, None], y, 0.0)
+    if FINAL_NORM:
+        y = tl.where(d_ok[None, :], y, 0.0)
+        y = _layernorm_rows(y, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps)
+        if HAS_KEY_MASK:
+            y = tl.where(valid_row[:, None], y, 0.0)
+    tl.store(out_ptr + off_b * seq_len * d_model + offsets, y, mask=io_mask)
+
+
 # --------------------------------------------------------------------------------------
 # Planning
 # --------------------------------------------------------------------------------------
@@ -469,6 +633,7 @@ def estimate_shared_memory_bytes(
     *,
     variant: str,
     d_model: int,
+    seq_len: int = MAX_SEQ_SEQ_LEN,
     num_heads: int,
     ffn_dim: int,
     tiling: Tiling,
@@ -487,6 +652,20 @@ def estimate_shared_memory_bytes(
     if variant == "rows":
         qkv = g * (br * bd + bd * min(bd, 64))
         return max(post, qkv)
+    if variant == "seq":
+        # The keys' and queries' LayerNorm outputs stay staged for the whole head loop;
+        # beside them, the operands of one product at a time (projection, q k^T, p v,
+        # out-projection), with a quarter more for the compiler's own buffers.
+        bhd, bm = padded_dim(d_model // max(num_heads, 1)), tiling.block_m
+        bs = padded_dim(seq_len)
+        step = max(
+            g * bd * bhd,
+            a * (bm * bhd + bhd * bs),
+            a * (bm * bs + bs * bhd),
+            g * (bm * bhd + bhd * bd),
+        )
+        attention = g * (bs * bd + bm * bd) + step
+        return int(1.25 * max(attention, post))
     bhd, bm, bn = padded_dim(d_model // max(num_heads, 1)), tiling.block_m, tiling.block_n
     per_key_block = g * (bn * bd + 2 * bd * bhd) + a * (bhd * bn + bm * bn + bn * bhd)
     heads = g * (bm * bd + bd * bhd) + a * bm * bhd + per_key_block * max(tiling.num_stages, 1)
@@ -519,6 +698,16 @@ def _config_errors(
         reasons.append(
             f"seq_len={seq_len} > {MAX_HEADS_SEQ_LEN} for fused_layer=heads (K/V recomputed per "
             "query block); use fused_layer=rows"
+        )
+    if variant == "seq" and seq_len > MAX_SEQ_SEQ_LEN:
+        reasons.append(
+            f"seq_len={seq_len} > {MAX_SEQ_SEQ_LEN} for fused_layer=seq (every key in one "
+            "tile); use fused_layer=heads or rows"
+        )
+    if variant == "seq" and d_model > MAX_SEQ_D_MODEL:
+        reasons.append(
+            f"d_model={d_model} > {MAX_SEQ_D_MODEL} for fused_layer=seq (whole rows of the "
+            "output projection in registers); use fused_layer=heads or rows"
         )
     if num_heads < 1 or d_model % num_heads:
         reasons.append(f"num_heads={num_heads} must be >= 1 and divide d_model={d_model}")
@@ -583,7 +772,8 @@ def not_supported_reasons(
         )
     if not reasons and prune_pointless:
         padded_s = padded_dim(seq_len)
-        for name, value in (("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)):
+        tiles = [("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)]
+        for name, value in tiles[: 1 if variant == "seq" else 2]:  # seq: no key blocks
             if value > padded_s:
                 reasons.append(f"{name}={value} > padded seq len {padded_s}; use a smaller {name}")
     if smem_bytes is None and device_type == "cuda":
@@ -597,6 +787,7 @@ def not_supported_reasons(
         smem_needed=lambda: estimate_shared_memory_bytes(
             variant=variant,
             d_model=d_model,
+            seq_len=seq_len,
             num_heads=num_heads,
             ffn_dim=ffn_dim,
             tiling=tiling,
@@ -631,7 +822,8 @@ def _launch_layer(
     key_bounds: torch.Tensor | None = None,
 ) -> None:
     """One layer: ``out = layer(x)`` (``out`` may be ``x``: the last kernel reads and
-    writes only its own rows, after the attention has read all of ``x``)."""
+    writes only its own rows, after the attention has read all of ``x``; for ``seq`` only
+    with one query block per sequence)."""
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
     block_d = padded_dim(d_model)
@@ -639,6 +831,54 @@ def _launch_layer(
     f = w.fp32
     num_rows = batch * seq_len
     mask_arg = mask_bytes if mask_bytes is not None else x  # dummy pointer when unused
+    if variant == "seq":
+        norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
+        num_q_blocks = triton.cdiv(seq_len, tiling.block_m)
+        _seq_layer_kernel[(num_q_blocks, batch)](
+            x,
+            out,
+            mask_arg,
+            f.norm1_weight,
+            f.norm1_bias,
+            w.q_weight,
+            f.q_bias,
+            w.k_weight,
+            f.k_bias,
+            w.v_weight,
+            f.v_bias,
+            w.o_weight,
+            f.o_bias,
+            f.norm2_weight,
+            f.norm2_bias,
+            w.ffn_in_weight,
+            f.ffn_in_bias,
+            w.ffn_out_weight,
+            f.ffn_out_bias,
+            norm_w,
+            norm_b,
+            seq_len,
+            d_model,
+            num_heads,
+            head_dim,
+            w.ffn_dim,
+            num_q_blocks,
+            head_dim**-0.5 * LOG2_E,
+            LAYERNORM_EPS,
+            CAUSAL=bool(causal),
+            HAS_KEY_MASK=mask_bytes is not None,
+            FINAL_NORM=final_norm is not None,
+            BLOCK_M=tiling.block_m,
+            BLOCK_S=padded_dim(seq_len),
+            BLOCK_D=block_d,
+            BLOCK_HD=padded_dim(head_dim),
+            BLOCK_F=ffn_chunk(d_model, w.ffn_dim),
+            PREC_G=gemm_precision,
+            PREC_A=attn_precision,
+            EMULATE_BF16_DOT=emulate,
+            num_warps=tiling.num_warps,
+            num_stages=tiling.num_stages,
+        )
+        return
     if variant == "heads":
         num_q_blocks = triton.cdiv(seq_len, tiling.block_m)
         _heads_attention_kernel[(num_heads * num_q_blocks, batch)](
@@ -816,6 +1056,9 @@ def layer_stack(
     check_launch_device(_post_rows_kernel, tensors)
     if x.numel() == 0:
         return out
+    if variant == "seq":
+        return _seq_stack(x, out, layers, final_norm, mask_bytes, num_heads, causal, tiling,
+                          gemm_precision, attn_precision)  # fmt: skip
     ctx_dtype = _DTYPES.get(gemm_precision, torch.float32) if variant == "heads" else torch.float32
     ctx = torch.empty(x.shape, device=x.device, dtype=ctx_dtype)
     qkv = None
@@ -846,4 +1089,46 @@ def layer_stack(
             key_bounds=bounds,
         )
         current = out
+    return out
+
+
+def _seq_stack(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    layers: Sequence[LayerWeights],
+    final_norm: tuple[torch.Tensor, torch.Tensor],
+    mask_bytes: torch.Tensor | None,
+    num_heads: int,
+    causal: bool,
+    tiling: Tiling,
+    gemm_precision: str,
+    attn_precision: str,
+) -> torch.Tensor:
+    """The ``seq`` variant's layers, one launch each. With one query block per sequence a
+    program reads only its own rows and every layer after the first runs in place in
+    ``out``; with several, programs of a sequence read each other's rows, so layers
+    alternate between ``out`` and one more buffer, ending in ``out``."""
+    single = tiling.block_m >= x.shape[1]
+    spare = out if single else torch.empty_like(out)
+    current = x
+    for i, w in enumerate(layers):
+        left = len(layers) - 1 - i  # layers after this one
+        target = out if single or left % 2 == 0 else spare
+        _launch_layer(
+            current,
+            target,
+            None,
+            None,
+            w,
+            mask_bytes,
+            final_norm if left == 0 else None,
+            variant="seq",
+            num_heads=num_heads,
+            causal=causal,
+            tiling=tiling,
+            gemm_precision=gemm_precision,
+            attn_precision=attn_precision,
+            key_mask=None,
+        )
+        current = target
     return out

@@ -523,6 +523,8 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("rows", "ieee", "masked", True),
         ("rows", "fp16", "padded", True),
         ("rows", "fp16", "masked-bounds", True),
+        ("seq", "ieee", "masked", True),
+        ("seq", "fp16", "padded", True),
     )
     for variant, precision, padding, causal in layer_cases if reference else ():
         name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (

@@ -9,7 +9,7 @@ here applies the mask on the device; the Triton kernels take it as it is.
 
 _GRAPH_PLAN = {"heads": "strided", "qkv": "packed", "cuda_graph": True}
 _SDPA = ["sdpa_auto", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]
-_LAYERS = ["heads", "rows"]
+_LAYERS = ["heads", "rows"]  # the variants with row kernels (row_block, row_warps)
 _PER_LAYER = {"fused_block": [False], "fused_layer": ["none"]}  # the unfused path's knobs
 
 
@@ -73,6 +73,15 @@ SPACE = {
                     "attn_precision": "fp16",
                     "gemm_precision": "fp16",
                 },
+                # One launch a layer (S, d_model <= 128): a query block of one sequence,
+                # every head, the output projection and the FFN in one program.
+                {
+                    "attention": "triton",
+                    "fused_layer": "seq",
+                    "fused_block": False,
+                    "attn_precision": "fp16",
+                    "gemm_precision": "fp16",
+                },
                 # The whole layer in two Triton launches (S, d_model, FFN <= 256). fp16
                 # operands only: its TF32 variant failed the rule on 9 of 10 cases on the
                 # H200 (docs/fused_block.md).
@@ -88,7 +97,12 @@ SPACE = {
         {
             "name": "attn_block_n",
             "values": [32, 64, 128],
-            "when": {"attention": ["triton"], "fused_block": [False]},  # fused_layer uses it
+            # heads and rows use it; seq holds every key in one tile
+            "when": {
+                "attention": ["triton"],
+                "fused_block": [False],
+                "fused_layer": ["none", *_LAYERS],
+            },
         },
         {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton"]}},
         {"name": "attn_stages", "values": [1, 2, 3], "when": {"attention": ["triton"]}},

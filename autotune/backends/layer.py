@@ -2,8 +2,10 @@
 runs a layer in two launches (LayerNorm1, the head's projections and attention per
 (query block, head, sequence); then the output projection, LayerNorm2, FFN and residuals
 per block of rows), ``rows`` in three (LayerNorm1 and QKV per block of rows, the flash
-attention, the same post-rows kernel) for sequences of any length. Any token mask is
-applied on the device: no call reads it on the host."""
+attention, the same post-rows kernel) for sequences of any length, ``seq`` in one (a
+block of query rows of one sequence per program, every head, the output projection and
+the FFN; S and d_model <= 128). Any token mask is applied on the device: no call reads it
+on the host."""
 
 from __future__ import annotations
 
@@ -141,3 +143,10 @@ class RowsLayer(_FusedLayer):
     value = "rows"
     rank = 2
     needs = "CUDA with triton (or TRITON_INTERPRET=1), d_model <= 256"
+
+
+@register
+class SeqLayer(_FusedLayer):
+    value = "seq"
+    rank = 3
+    needs = "CUDA with triton (or TRITON_INTERPRET=1), S <= 128, d_model <= 128, head_dim 8-128"

@@ -85,6 +85,9 @@ def run_stack(
         ("rows", "ieee", "holes", True),
         ("rows", "fp16", "right-padded", False),
         ("rows", "fp16", "none", True),
+        ("seq", "ieee", "holes", True),
+        ("seq", "fp16", "right-padded", True),
+        ("seq", "fp16", "holes", False),
     ],
 )
 def test_layer_stack_matches_the_reference_transformer(
@@ -133,7 +136,7 @@ def test_launcher_refuses_bad_arguments_with_the_value_and_the_fix() -> None:
         layer_stack(x, layers, final, out=x, **kwargs)
     with pytest.raises(ValueError, match=r"gemm_precision='ieee' reads torch\.float32"):
         layer_stack(x, layers, final, gemm_precision="ieee", **kwargs)
-    with pytest.raises(ValueError, match="variant='blocks' is not one of heads, rows"):
+    with pytest.raises(ValueError, match="variant='blocks' is not one of heads, rows, seq"):
         layer_stack(x, layers, final, variant="blocks", **kwargs)
     with pytest.raises(ValueError, match="row_block=24 must be a power of two"):
         layer_stack(x, layers, final, tiling=Tiling(row_block=24), num_heads=2, causal=True)
@@ -182,6 +185,13 @@ def test_support_rules_name_the_limit_and_the_way_out() -> None:
                for r in _reasons(tiling=tall))  # fmt: skip
     assert _reasons(variant="rows", tiling=tall) == []  # the flash attention is clean at 128
     assert _reasons(tiling=tall, device_type="cpu", capability=None) == []
+    assert _reasons(variant="seq", tiling=tall) == []
+    assert any("seq_len=256 > 128 for fused_layer=seq" in r
+               for r in _reasons(variant="seq", seq_len=256))  # fmt: skip
+    assert any("d_model=256 > 128 for fused_layer=seq" in r
+               for r in _reasons(variant="seq", d_model=256, num_heads=8))  # fmt: skip
+    # seq holds every key in one tile: attn_block_n is not pruned for it
+    assert _reasons(variant="seq", seq_len=32, tiling=Tiling(block_m=32, block_n=64)) == []
 
 
 def test_shared_memory_estimate_grows_with_tiles_and_refuses_past_the_limit() -> None:
@@ -230,3 +240,22 @@ def test_rows_with_mask_bounds_give_the_same_output(device: str) -> None:
     assert torch.equal(run(True), run(False))
     with pytest.raises(ValueError, match="mask_bounds applies to variant='rows' only"):
         run(True, "heads")
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3])
+def test_seq_in_place_and_alternating_buffers_give_the_same_result(layers, device) -> None:
+    """fused_layer=seq with one query block per sequence runs every layer after the first
+    in place in ``out``; with several blocks (programs of a sequence read each other's
+    rows) the layers alternate between two buffers and end in ``out``: odd and even layer
+    counts give the one-block result, and x is never written."""
+    shape = (3, 29, 32, 2, 48, layers)
+    kwargs = dict(variant="seq", precision="ieee", mask_kind="right-padded", causal=True)
+    one, reference, x_change = run_stack(
+        **kwargs, shape=shape, tiling=Tiling(block_m=32, num_warps=4), device=device
+    )
+    split, _, split_change = run_stack(
+        **kwargs, shape=shape, tiling=Tiling(block_m=16, num_warps=4), device=device
+    )
+    assert compare(one, reference, PROJECT_RULE).passed
+    torch.testing.assert_close(split, one, rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(x_change) == 0 and torch.count_nonzero(split_change) == 0
