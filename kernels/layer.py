@@ -58,7 +58,7 @@ import triton
 import triton.language as tl
 
 from kernels import attention as flash
-from kernels._common import MIN_BLOCK, fused_row_tile_reasons, padded_dim
+from kernels._common import MAX_SEQ_ROW_TILE, MIN_BLOCK, fused_row_tile_reasons, padded_dim
 from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
@@ -769,6 +769,10 @@ def not_supported_reasons(
     if variant == "heads":
         reasons += fused_row_tile_reasons(
             "attn_block_m", tiling.block_m, "fused heads layer", device_type
+        )
+    if variant == "seq":
+        reasons += fused_row_tile_reasons(
+            "attn_block_m", tiling.block_m, "one-launch layer", device_type, MAX_SEQ_ROW_TILE
         )
     if not reasons and prune_pointless:
         padded_s = padded_dim(seq_len)

@@ -145,6 +145,8 @@ SPACE = {
         # refuse them too, and here they cost no trial.
         {"forbid": {"fused_layer": ["heads"], "attn_block_m": [128]}},
         {"forbid": {"fused_block": [True], "attn_block_m": [128]}},
+        # The one-launch layer faulted at 64- and 128-row tiles (session 10, H200).
+        {"forbid": {"fused_layer": ["seq"], "attn_block_m": [64, 128]}},
     ],
     "enqueue": [
         {},
