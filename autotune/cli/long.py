@@ -29,11 +29,12 @@ def cmd_long(args: argparse.Namespace) -> int:
     if not 1 <= args.seeds <= len(ACCURACY_SEEDS):
         raise ValueError(f"--seeds takes 1..{len(ACCURACY_SEEDS)}, got {args.seeds}")
     chunks = chunk_pair(args.oracle_chunks, "--oracle-chunks")
-    if not args.input_scale > 0:
-        raise ValueError(
-            f"--input-scale takes a positive number (1: the official inputs), got "
-            f"{args.input_scale}"
-        )
+    for flag, value, what in (
+        ("--input-scale", args.input_scale, "the official inputs"),
+        ("--score-scale", args.score_scale, "the official weights"),
+    ):
+        if not value > 0:
+            raise ValueError(f"{flag} takes a positive number (1: {what}), got {value}")
     device = detect_device(args.device)
     routes = [
         route_for(name, parse_plan(plan), device)
@@ -51,8 +52,11 @@ def cmd_long(args: argparse.Namespace) -> int:
         force=args.force,
         log=lambda line: print(line, flush=True),
         input_scale=args.input_scale,
+        score_scale=args.score_scale,
     )
-    scaled = f" (inputs x{args.input_scale:g})" if args.input_scale != 1.0 else ""
+    stress = [f"inputs x{args.input_scale:g}"] if args.input_scale != 1.0 else []
+    stress += [f"scores x{args.score_scale:g}"] if args.score_scale != 1.0 else []
+    scaled = f" ({', '.join(stress)})" if stress else ""
     for s in summaries:
         verdict = "PASS" if s["passed"] else "FAIL"
         wall = f"{s['median_wall_s']:.3f} s" if s["median_wall_s"] is not None else "-"
@@ -104,8 +108,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--input-scale",
         type=float,
         default=1.0,
-        help="multiply the official inputs by this (a stress test of approximations and "
-        "guards; recorded per route, and export never takes a scaled record as evidence)",
+        help="multiply the official inputs by this (recorded per route, and export never "
+        "takes a scaled record as evidence; a pre-norm layer normalises its input, so the "
+        "attention scores stay as they are)",
+    )
+    p.add_argument(
+        "--score-scale",
+        type=float,
+        default=1.0,
+        help="multiply every layer's q projection by this in the routes and the oracle "
+        "alike, so every attention score scales by it (a stress test of approximations and "
+        "guards; recorded per route, never evidence for export)",
     )
     p.add_argument("--out", help="write the records as JSON here")
     p.set_defaults(func=cmd_long)

@@ -64,6 +64,10 @@ class RouteRecord:
     seeds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     error: str = ""
     input_scale: float = 1.0  # the official inputs are 1; other scales are stress tests
+    # Every layer's q projection (weight and bias) multiplied by this in the model and the
+    # oracle alike: each attention score scales by it (the official weights are 1; other
+    # scales are stress tests of approximations and their guards).
+    score_scale: float = 1.0
 
     @property
     def passed(self) -> bool:
@@ -78,6 +82,7 @@ class RouteRecord:
             "plan_hash": self.plan_hash,
             "capacity_bytes": self.capacity_bytes,
             "input_scale": self.input_scale,
+            "score_scale": self.score_scale,
             "passed": self.passed,
             "error": self.error,
             "seeds": [s["seed"] for s in self.seeds],
@@ -94,6 +99,15 @@ class RouteRecord:
             "guard_max_spread": max((g["spread"] for g in guard), default=None),
             "per_seed": self.seeds,
         }
+
+
+def scaled_scores(state: dict[str, Tensor], score_scale: float) -> dict[str, Tensor]:
+    """``state`` with every layer's q projection (weight and bias) times ``score_scale``:
+    ``q`` and so every attention score scale by it, nothing else changes."""
+    if score_scale == 1.0:
+        return state
+    suffixes = ("attention.q_proj.weight", "attention.q_proj.bias")
+    return {k: v * score_scale if k.endswith(suffixes) else v for k, v in state.items()}
 
 
 def merge_reports(parts: list[tuple[int, CorrectnessReport]]) -> CorrectnessReport:
@@ -158,11 +172,15 @@ def verify_full_batch(
     log: Callable[[str], None] = print,
     on_seed: Callable[[list[RouteRecord]], None] | None = None,
     input_scale: float = 1.0,
+    score_scale: float = 1.0,
 ) -> list[RouteRecord]:
     """Every route on every seed's whole batch against the streamed oracle (see module).
     ``on_seed`` sees the records after each seed (to save partial results);
-    ``input_scale`` multiplies the official generator's inputs (a stress test: only scale 1
-    is evidence an export accepts)."""
+    ``input_scale`` multiplies the official generator's inputs, ``score_scale`` every
+    layer's q projection in the weights the routes and the oracle share (stress tests:
+    only scale 1 of both is evidence an export accepts). A pre-norm layer normalises its
+    input, so ``input_scale`` leaves the attention scores as they are; ``score_scale``
+    scales them."""
     from autotune.judge.oracle import StreamedOracle
 
     if not routes:
@@ -174,6 +192,7 @@ def verify_full_batch(
     reference = build_reference(config, "cpu")
     state = {k: v.detach().clone() for k, v in reference.state_dict().items()}
     del reference
+    state = scaled_scores(state, score_scale)
     oracle = StreamedOracle(
         config,
         batch_chunk=oracle_batch_chunk(config, *oracle_chunks),
@@ -189,6 +208,7 @@ def verify_full_batch(
             r.plan.hash,
             r.capacity_bytes,
             input_scale=input_scale,
+            score_scale=score_scale,
         )
         for r in routes
     ]
@@ -370,7 +390,9 @@ def verified_on_full_batch(
                 and r.get("plan_hash") == winner.plan.hash
                 and r.get("capacity_bytes") == cap
                 and list(r.get("seeds", [])) == list(ACCURACY_SEEDS)
-                and r.get("input_scale", 1.0) == 1.0  # scaled inputs are stress tests
+                # scaled inputs or scores are stress tests, not evidence
+                and r.get("input_scale", 1.0) == 1.0
+                and r.get("score_scale", 1.0) == 1.0
                 and not r.get("error")
             ):
                 found = dict(r) | {
@@ -439,6 +461,7 @@ def verify_cases(
     force: bool = False,
     log: Callable[[str], None] = print,
     input_scale: float = 1.0,
+    score_scale: float = 1.0,
 ) -> list[dict[str, Any]]:
     """``autotune long``: every route on each case's whole batch against the oracle; the
     route summaries (one per case and route), also written to ``out`` after every seed
@@ -477,6 +500,7 @@ def verify_cases(
             log=log,
             on_seed=save,
             input_scale=input_scale,
+            score_scale=score_scale,
         )
         results.extend(r.summary() | {"case": case.id} for r in records)
     if out:

@@ -58,10 +58,38 @@ def test_scaled_inputs_reach_the_generator_and_the_record(cpu_device, monkeypatc
     assert scales[-1] == 4.0 and rec.passed and rec.summary()["input_scale"] == 4.0
 
 
-def test_long_refuses_a_scale_that_is_not_positive(capsys) -> None:
-    assert cli(f"long --case {SMALL} --force --route cpu=reference --input-scale 0") == 2
+def test_scaled_scores_scale_the_q_projection_of_routes_and_oracle(cpu_device) -> None:
+    """--score-scale multiplies every layer's q projection (weight and bias) and nothing
+    else, in the weights the routes and the oracle share: an exact route still passes
+    against the oracle, the record says so, and the scores really changed (the output
+    differs from the official weights' output)."""
+    from autotune.core.reference import build_reference
+    from autotune.judge.fullbatch import scaled_scores
+
+    case = parse_custom(SMALL)
+    state = build_reference(case.config, "cpu").state_dict()
+    scaled = scaled_scores(state, 3.0)
+    assert scaled_scores(state, 1.0) is state
+    for name, value in state.items():
+        factor = 3.0 if ".attention.q_proj." in name else 1.0
+        assert torch.equal(scaled[name], value * factor), name
+    (rec,) = verify_full_batch(
+        case,
+        [Route("library", Plan(attention="sdpa_math"), cpu_device)],
+        seeds=(1234,),
+        oracle_chunks=(16, 8),
+        log=lambda _: None,
+        score_scale=3.0,
+    )
+    assert rec.passed and rec.summary()["score_scale"] == 3.0
+    assert rec.summary()["input_scale"] == 1.0
+
+
+@pytest.mark.parametrize("flag", ["--input-scale", "--score-scale"])
+def test_long_refuses_a_scale_that_is_not_positive(flag, capsys) -> None:
+    assert cli(f"long --case {SMALL} --force --route cpu=reference {flag} 0") == 2
     err = capsys.readouterr().err
-    assert "--input-scale takes a positive number" in err and "got 0.0" in err
+    assert f"{flag} takes a positive number" in err and "got 0.0" in err
 
 
 def test_a_wrong_route_fails_with_its_count_and_the_others_still_run(
@@ -308,16 +336,18 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
             for h in sorted(hashes)
         ],
     }
-    # A record of scaled inputs (a stress test) is no evidence: the export verifies itself.
-    scaled = tmp_path / "scaled.json"
-    scaled.write_text(
-        json.dumps(record | {"routes": [r | {"input_scale": 2.0} for r in record["routes"]]})
-    )
-    assert cli(f"{export} --fresh --verified {scaled}") == 0
-    entry = next(iter(load_table(table).entries.values()))
-    assert entry["admitted"] and entry["evidence"]["full_batch"]["source"] == (
-        "verified by this export"
-    )
+    # A record of scaled inputs or scores (stress tests) is no evidence: the export
+    # verifies itself.
+    for stress in ("input_scale", "score_scale"):
+        scaled = tmp_path / f"{stress}.json"
+        scaled.write_text(
+            json.dumps(record | {"routes": [r | {stress: 2.0} for r in record["routes"]]})
+        )
+        assert cli(f"{export} --fresh --verified {scaled}") == 0
+        entry = next(iter(load_table(table).entries.values()))
+        assert entry["admitted"] and entry["evidence"]["full_batch"]["source"] == (
+            "verified by this export"
+        ), stress
     rec = tmp_path / "long.json"
     rec.write_text(json.dumps(record))
     assert cli(f"{export} --fresh --verified {rec}") == 0
