@@ -10,8 +10,11 @@
 # - case 6 (12.2 of its 17.5 ms in the fused heads attention kernel): studied with rows,
 #   heads and seq tiles first (not exported here: a new plan would drop the buckets of
 #   its dims, whose rebuild needs a call of its own);
+# - issue 18: the row-normalised polynomial route with every attention score scaled by 1.5
+#   and by 2 (--score-scale; one seed each): does the guard send the chunks to exact
+#   attention, and is the output right either way?
 # - if time is left, the official bench of cases 8, 9, 11 from $OUT/h200.py.
-# Returned: s10_studies.log, studies.db, h200.py, bench_s10.csv.
+# Returned: s10_studies.log, studies.db, h200.py, bench_s10.csv, case14_scores_*.json.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
@@ -32,6 +35,15 @@ step "export cases 8, 9, 11"
 timeout 180 python3 -m autotune export --gpu h200 --storage "$DB" --out "$OUT/h200.py" \
   --cases 8,9,11 --finalists 2 --anchors sdpa+reduce-overhead 2>&1 | grep -v -i warn \
   | tee -a "$LOG" | tail -6
+for scale in 1.5 2; do  # issue 18: the guard on scores scaled by 1.5 and 2 (one seed each)
+  left=$(( 420 - SECONDS ))
+  [ "$left" -gt 60 ] || { step "no time left for scores x$scale"; continue; }
+  step "case 14 polynomial, scores x$scale"
+  timeout "$(( left < 80 ? left : 80 ))" python3 -m autotune long --case 14 --seeds 1 \
+    --score-scale "$scale" --route h200=@docs/plans/c14_poly_row.json \
+    --out "$OUT/case14_scores_$scale.json" 2>&1 | grep -v -i warn | grep -v "guard paths" \
+    | tee -a "$LOG" | tail -2
+done
 left=$(( 500 - SECONDS ))
 [ "$left" -gt 60 ] && study 6 6 "$(( left < 170 ? left : 170 ))" \
   "@$P/rows_64_64_w4_s2_r64_w4.json,@$P/rows_128_64_w8_s2_r128_w8.json,@$P/heads_32_128_w4_s1_r64_w4.json,@$P/seq_32_w4_s1.json"
