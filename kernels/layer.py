@@ -393,6 +393,32 @@ def _qkv_rows_kernel(
 
 
 @triton.jit
+def _ffn_residual_rows(
+    x1, valid, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
+    offs_d, d_ok, d_model, ffn_dim, eps,
+    HAS_KEY_MASK: tl.constexpr, FINAL_NORM: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """A layer's second half on fp32 rows ``x1 = x + attention`` (padded columns 0):
+    ``x1 + FFN(LayerNorm2(x1)) + b2``, rows with ``valid`` False zeroed (with a key mask),
+    and the final LayerNorm (padded rows zeroed again) when ``FINAL_NORM``."""
+    f = _ffn_of_rows(
+        x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
+        BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+    if HAS_KEY_MASK:
+        y = tl.where(valid[:, None], y, 0.0)
+    if FINAL_NORM:
+        y = tl.where(d_ok[None, :], y, 0.0)
+        y = _layernorm_rows(y, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps)
+        if HAS_KEY_MASK:
+            y = tl.where(valid[:, None], y, 0.0)
+    return y
+
+
+@triton.jit
 def _post_rows_kernel(
     x_ptr,
     ctx_ptr,
@@ -462,19 +488,11 @@ def _post_rows_kernel(
         # the intermediate, not of the output).
         a = tl.where(valid[:, None], a, 0.0)
     x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
-
-    f = _ffn_of_rows(
-        x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
+    y = _ffn_residual_rows(
+        x1, valid, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
+        offs_d, d_ok, d_model, ffn_dim, eps, HAS_KEY_MASK, FINAL_NORM,
         BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
     )  # fmt: skip
-    y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
-    if HAS_KEY_MASK:
-        y = tl.where(valid[:, None], y, 0.0)
-    if FINAL_NORM:
-        y = tl.where(d_ok[None, :], y, 0.0)
-        y = _layernorm_rows(y, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps)
-        if HAS_KEY_MASK:
-            y = tl.where(valid[:, None], y, 0.0)
     tl.store(out_ptr + offsets, y, mask=io_mask)
 
 
@@ -610,19 +628,11 @@ def _seq_layer_kernel(
     offsets = offs_m[:, None] * d_model + offs_d[None, :]
     io_mask = row_ok[:, None] & d_ok[None, :]
     x1 = tl.load(x_base + offsets, mask=io_mask, other=0.0) + attn
-
-    f = _ffn_of_rows(
-        x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
+    y = _ffn_residual_rows(
+        x1, valid_row, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
+        offs_d, d_ok, d_model, ffn_dim, eps, HAS_KEY_MASK, FINAL_NORM,
         BLOCK_M, BLOCK_D, BLOCK_F, PREC_G, EMULATE_BF16_DOT,
     )  # fmt: skip
-    y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
-    if HAS_KEY_MASK:
-        y = tl.where(valid_row[:, None], y, 0.0)
-    if FINAL_NORM:
-        y = tl.where(d_ok[None, :], y, 0.0)
-        y = _layernorm_rows(y, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps)
-        if HAS_KEY_MASK:
-            y = tl.where(valid_row[:, None], y, 0.0)
     tl.store(out_ptr + off_b * seq_len * d_model + offsets, y, mask=io_mask)
 
 
