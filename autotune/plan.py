@@ -201,7 +201,7 @@ KNOBS: tuple[Knob, ...] = (
         0.5,
         "polynomial attention: the run-time guard takes the exact path when the sampled "
         "spread of the scaled scores max|q.k|/sqrt(hd) exceeds this",
-        choices=(0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0),
+        choices=(0.125, 0.25, 0.5, 1.0, 2.0, 2.25, 4.0, 8.0),
         group="kernels",
     ),
     Knob(

@@ -8,7 +8,13 @@ against the streamed exact oracle."""
 # and the exact attention's tiles.
 _FP16 = {"attn_precision": "fp16", "gemm_precision": "fp16", "qkv": "packed", "batch_chunk": 1}
 _TILES = {"attn_block_m": 128, "attn_block_n": 64, "attn_warps": 8, "attn_stages": 3}
-_POLY = {"attention": "polynomial", **_FP16, "poly_chunk": 256, "poly_guard": 4.0, **_TILES}
+# The guard's threshold on the sampled score spread. 4.0 is unsafe: with every score doubled
+# (autotune long --score-scale 2, H200, session 10) the spreads were 3.26-4.26, 63 of 64
+# calls stayed polynomial and 777,514 elements failed (worst 3.55 of the allowance), where
+# the official inputs' spreads are 1.60-2.19 (320 calls, worst 0.58 of the allowance).
+# 2.25 keeps every official call polynomial and sends every doubled one to exact attention.
+_GUARD = 2.25
+_POLY = {"attention": "polynomial", **_FP16, "poly_chunk": 256, "poly_guard": _GUARD, **_TILES}
 
 SPACE = {
     "name": "gpu-long",
@@ -32,7 +38,9 @@ SPACE = {
         },
         {"name": "query_chunk", "values": [1024, 4096], "when": {"attention": ["reference"]}},
         {"name": "poly_chunk", "values": [128, 256, 512], "when": {"attention": ["polynomial"]}},
-        {"name": "poly_guard", "values": [1.0, 2.0, 4.0], "when": {"attention": ["polynomial"]}},
+        # No threshold above _GUARD: the study only sees the official inputs, where any
+        # threshold over 2.19 passes, so a looser one would be picked without evidence.
+        {"name": "poly_guard", "values": [1.0, 2.0, _GUARD], "when": {"attention": ["polynomial"]}},
         {
             "name": "poly_exact_prefix",
             "values": [0, 1024, 2048, 8192],
