@@ -359,20 +359,24 @@ class CandidateTransformer(ReferenceTransformer):
     def _unfused_forward(
         self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
     ) -> Tensor:
-        norm = self._norm_backend
+        norm, ffn = self._norm_backend, self._ffn_backend
+        # Half GEMM operands handed along as they are: the GEMMs' half outputs go into the
+        # fused add + LayerNorm and GELU kernels, which write the next GEMM's half operand
+        # (rounded once, where a cast kernel would round it): the same values, without
+        # the cast kernels around every GEMM.
+        half = DTYPES.get(self.plan.gemm_precision) if norm.half_io and ffn.half_io else None
+        fp32 = torch.float32
         h = F.layer_norm(x, (self.config.d_model,), *weights[0].n1, LAYERNORM_EPS)
         for i, w in enumerate(weights):
-            a = self._attention(h, mask, kind, w)
-            x, h = norm.add_norm(x, a, *w.n2)
-            f = self._linear(
-                self._ffn_backend.inner(h, w.ffn_in_w, w.ffn_in_b, self.plan.gemm_precision),
-                w.ffn_out_w,
-                w.ffn_out_b,
-            )
+            a = self._attention(h, mask, kind, w, keep_half=half is not None)
+            x, h = norm.add_norm(x, a, *w.n2, out_dtype=half or fp32)
+            g = ffn.inner(h, w.ffn_in_w, w.ffn_in_b, self.plan.gemm_precision, half is not None)
+            f = self._linear(g, w.ffn_out_w, w.ffn_out_b, keep_half=half is not None)
             last = i == len(weights) - 1
             nxt = self.final_norm if last else self.layers[i + 1].norm1
             # Padded rows are zeroed after every layer, and in the final norm's output.
-            x, h = norm.add_norm(x, f, nxt.weight, nxt.bias, mask, zero_out=last)
+            out_dtype = fp32 if last or half is None else half
+            x, h = norm.add_norm(x, f, nxt.weight, nxt.bias, mask, last, out_dtype)
         return h
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor, keep_half: bool = False) -> Tensor:
@@ -380,7 +384,11 @@ class CandidateTransformer(ReferenceTransformer):
         return linear(x, weight, bias, self.plan.gemm_precision, keep_half)
 
     # --- attention ------------------------------------------------------------------
-    def _attention(self, h: Tensor, mask: Tensor | None, kind: str, w: _LayerWeights) -> Tensor:
+    def _attention(
+        self, h: Tensor, mask: Tensor | None, kind: str, w: _LayerWeights, keep_half: bool = False
+    ) -> Tensor:
+        """The attention half of a layer: q, k, v, the backend, the output projection (its
+        half output kept as it is with ``keep_half``)."""
         _b, _s, d = h.shape
         # fp16/bf16 GEMMs feeding attention of the same precision hand over their half
         # output as is: no round trip through fp32 (two kernels and 3x the bytes saved).
@@ -399,7 +407,7 @@ class CandidateTransformer(ReferenceTransformer):
         # The reference zeroes the padded rows of this output; they reach nothing a valid
         # row reads (keys are masked, rows are independent) and the layer's end zeroes
         # them in x: the same result, two kernels fewer per layer.
-        return self._linear(backend.attend(call), w.out_w, w.out_b)
+        return self._linear(backend.attend(call), w.out_w, w.out_b, keep_half=keep_half)
 
 
 # The C method itself: torch's Python wrapper adds a debug tracker check per replay.

@@ -80,9 +80,10 @@ def _bias_gelu_kernel(
     col_ok = cols < num_cols
     ok = (rows < num_rows)[:, None] & col_ok[None, :]
     offsets = rows.to(tl.int64)[:, None] * num_cols + cols[None, :]
-    y = tl.load(y_ptr + offsets, mask=ok, other=0.0)
+    y = tl.load(y_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
     b = tl.load(bias_ptr + cols, mask=col_ok, other=0.0)
-    tl.store(out_ptr + offsets, gelu_exact(y + b[None, :]), mask=ok)
+    out = gelu_exact(y + b[None, :])
+    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -320,13 +321,16 @@ def bias_gelu(
     block: int = 1024,
     num_warps: int = 4,
 ) -> torch.Tensor:
-    """``GELU_exact(y + bias)`` over the last dim; into ``out``, into ``y`` (inplace) or new."""
+    """``GELU_exact(y + bias)`` over the last dim; into ``out``, into ``y`` (inplace) or new
+    (y's dtype). ``y`` may be float32, float16 or bfloat16 (a half GEMM's output): the sum
+    and GELU are fp32, rounded once on store to ``out``'s dtype (float32 or y's)."""
     if not isinstance(y, torch.Tensor):
         raise ValueError(f"y must be a torch.Tensor, got {type(y).__name__}")
-    if y.dtype != torch.float32 or y.dim() < 1 or not y.is_contiguous():
+    dtypes = (torch.float32, torch.float16, torch.bfloat16)
+    if y.dtype not in dtypes or y.dim() < 1 or not y.is_contiguous():
         raise ValueError(
             f"y has dtype {y.dtype}, shape {tuple(y.shape)}, strides {y.stride()}; expected a "
-            "contiguous float32 [..., features] tensor (call .contiguous())"
+            "contiguous float32, float16 or bfloat16 [..., features] tensor (call .contiguous())"
         )
     num_cols = y.shape[-1]
     _check_bias(bias, num_cols)
@@ -339,10 +343,12 @@ def bias_gelu(
         out = y
     elif out is None:
         out = torch.empty_like(y)
-    elif out.shape != y.shape or out.dtype != torch.float32 or not out.is_contiguous():
+    elif (
+        out.shape != y.shape or out.dtype not in (torch.float32, y.dtype) or not out.is_contiguous()
+    ):
         raise ValueError(
             f"out has shape {tuple(out.shape)}, dtype {out.dtype}, contiguous="
-            f"{out.is_contiguous()}; expected contiguous float32 {tuple(y.shape)}"
+            f"{out.is_contiguous()}; expected contiguous float32 or {y.dtype} {tuple(y.shape)}"
         )
     check_launch_device(_bias_gelu_kernel, {"y": y, "bias": bias, "out": out})
     if y.numel() == 0:

@@ -12,6 +12,10 @@ returns ``(s, y)``. In the layer: ``add_layernorm(x, attn_out, norm2...)`` gives
 residual and LN2's output; ``add_layernorm(x, ffn_out, next norm1, row_mask,
 zero_sum_rows=True)`` closes a layer and opens the next; the final norm uses
 ``zero_out_rows=True``. One program normalises ``block_rows`` whole rows.
+
+Half hand-offs: ``delta`` may be fp16 / bf16 (a half GEMM's output, upcast on load) and
+``out_dtype`` fp16 / bf16 stores ``y`` as the next GEMM's operand (rounded once, on store,
+as a cast after an fp32 ``y`` would): the same values, without the two cast kernels.
 """
 
 from __future__ import annotations
@@ -47,15 +51,16 @@ def add_layernorm_reference(
     row_mask: torch.Tensor | None = None,
     zero_sum_rows: bool = False,
     zero_out_rows: bool = False,
+    out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain PyTorch version of :func:`add_layernorm` (never in place)."""
-    s = x.clone() if delta is None else x + delta
+    s = x.clone() if delta is None else x + delta.float()
     if zero_sum_rows:
         s[~row_mask.reshape(s.shape[:-1])] = 0
     y = torch.nn.functional.layer_norm(s, (s.shape[-1],), weight, bias, eps)
     if zero_out_rows:
         y[~row_mask.reshape(y.shape[:-1])] = 0
-    return s, y
+    return s, y.to(out_dtype)
 
 
 # --------------------------------------------------------------------------------------
@@ -94,7 +99,8 @@ def _add_layernorm_kernel(
 
     s = tl.load(x_ptr + rows64[:, None] * stride_x + cols[None, :], mask=ok, other=0.0)
     if HAS_DELTA:
-        s += tl.load(delta_ptr + rows64[:, None] * stride_delta + cols[None, :], mask=ok, other=0.0)
+        d_offsets = rows64[:, None] * stride_delta + cols[None, :]
+        s += tl.load(delta_ptr + d_offsets, mask=ok, other=0.0).to(tl.float32)
     if HAS_MASK:
         keep = tl.load(mask_ptr + rows, mask=row_ok, other=0) != 0
         if ZERO_SUM_ROWS:
@@ -111,7 +117,8 @@ def _add_layernorm_kernel(
     y = diff * rstd[:, None] * w[None, :] + b[None, :]
     if HAS_MASK and ZERO_OUT_ROWS:
         y = tl.where(keep[:, None], y, 0.0)
-    tl.store(y_ptr + rows64[:, None] * stride_y + cols[None, :], y, mask=ok)
+    y_offsets = rows64[:, None] * stride_y + cols[None, :]
+    tl.store(y_ptr + y_offsets, y.to(y_ptr.dtype.element_ty), mask=ok)
 
 
 # --------------------------------------------------------------------------------------
@@ -162,12 +169,17 @@ def not_supported_reasons(
 # --------------------------------------------------------------------------------------
 # Launcher
 # --------------------------------------------------------------------------------------
-def _as_rows(name: str, t: torch.Tensor) -> torch.Tensor:
-    """View a float32 ``[..., D]`` tensor as ``[N, D]`` rows without copying."""
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _as_rows(name: str, t: torch.Tensor, half_ok: bool = False) -> torch.Tensor:
+    """View a float32 (or, with ``half_ok``, fp16 / bf16) ``[..., D]`` tensor as ``[N, D]``
+    rows without copying."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.float32:
-        raise ValueError(f"{name} has dtype {t.dtype}; pass float32")
+    if t.dtype != torch.float32 and not (half_ok and t.dtype in HALF_DTYPES):
+        allowed = "float32, float16 or bfloat16" if half_ok else "float32"
+        raise ValueError(f"{name} has dtype {t.dtype}; pass {allowed}")
     if t.dim() not in (2, 3):
         raise ValueError(f"{name} has shape {tuple(t.shape)}; expected [N, D] or [B, S, D]")
     if t.stride(-1) != 1:
@@ -217,17 +229,22 @@ def add_layernorm(
     inplace: bool = False,
     block_rows: int = 1,
     num_warps: int = 4,
+    out_dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``s = x + delta`` (+ row zeroing) and ``y = LayerNorm(s)``; returns ``(s, y)``.
 
     ``s`` and ``y`` have x's shape. ``s`` is x itself when there is nothing to write
-    (no delta, no zero_sum_rows) or when ``inplace=True``; otherwise a new tensor.
+    (no delta, no zero_sum_rows) or when ``inplace=True``; otherwise a new tensor. ``delta``
+    may be half (upcast on load); ``y`` is ``out_dtype`` (float32, float16 or bfloat16),
+    computed in fp32 and rounded once on store.
     """
     rows = _as_rows("x", x)
     num_rows, d_model = rows.shape
+    if out_dtype != torch.float32 and out_dtype not in HALF_DTYPES:
+        raise ValueError(f"out_dtype={out_dtype}; pass torch.float32, float16 or bfloat16")
     delta_rows = None
     if delta is not None:
-        delta_rows = _as_rows("delta", delta)
+        delta_rows = _as_rows("delta", delta, half_ok=True)
         if delta.shape != x.shape:
             raise ValueError(
                 f"delta has shape {tuple(delta.shape)} but x has {tuple(x.shape)}; they must match"
@@ -257,7 +274,7 @@ def add_layernorm(
     else:
         s = torch.empty_like(x, memory_format=torch.contiguous_format)
     s_rows = s.view(-1, d_model) if s is not x else rows
-    y = torch.empty(x.shape, device=x.device, dtype=torch.float32)
+    y = torch.empty(x.shape, device=x.device, dtype=out_dtype)
     if num_rows == 0:
         return s, y
     mask_bytes = _row_mask_bytes(row_mask, num_rows) if row_mask is not None else rows

@@ -57,6 +57,15 @@ TRITON_PLANS = [
         attn_block_m=32,
         attn_block_n=16,
     ),
+    # fp16 GEMMs with the fused LayerNorm and GELU epilogue: half operands handed along
+    Plan(
+        attention="sdpa_math",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        qkv="packed",
+        layernorm="triton",
+        ffn_act="triton_epilogue",
+    ),
     Plan(
         attention="triton",
         attn_precision="ieee",
@@ -386,3 +395,49 @@ def test_per_layer_triton_attention_with_mask_bounds_takes_them_per_layer(
         assert len(made) == cfg.num_layers  # the plan without bounds computed none
         bounded(x)
     assert len(made) == cfg.num_layers  # no mask: no bounds
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "right-padded"])
+def test_half_operands_handed_along_give_the_values_of_cast_kernels(
+    mask_kind: str, cpu_device, monkeypatch
+) -> None:
+    """fp16 GEMMs with the fused add + LayerNorm and the GELU epilogue: the GEMMs' half
+    outputs go into those kernels and they write the next GEMM's half operand, instead of
+    a cast to fp32 after every GEMM and back before the next. Each value is rounded to
+    half once either way, so the output is bit for bit the one with the casts."""
+    from autotune.backends.norm import TritonNorm
+
+    config = TransformerConfig(2, 12, 32, 2, 48, 2, True)
+    reference = ReferenceTransformer(config).eval()
+    plan = Plan(
+        attention="sdpa_math",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        qkv="packed",
+        layernorm="triton",
+        ffn_act="triton_epilogue",
+    )
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 12, 32, generator=gen)
+    mask = None
+    if mask_kind == "right-padded":
+        mask = torch.arange(12)[None, :] < torch.tensor([[12], [7]])
+        x = x.masked_fill(~mask[..., None], 0.0)
+    halves: list[torch.dtype] = []
+    real = TritonNorm.add_norm
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        halves.append(kwargs.get("out_dtype", args[6] if len(args) > 6 else torch.float32))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TritonNorm, "add_norm", spy)
+    with torch.inference_mode():
+        handed = build_candidate(plan, config, cpu_device, reference.state_dict())(x, mask)
+        monkeypatch.setattr(TritonNorm, "half_io", False)
+        cast = build_candidate(plan, config, cpu_device, reference.state_dict())(x, mask)
+        expected = reference(x, mask)
+    # with the hand-off every add + LayerNorm but the final one writes fp16
+    assert halves[:4] == [torch.float16, torch.float16, torch.float16, torch.float32]
+    assert torch.equal(handed, cast)
+    assert handed.dtype == torch.float32
+    assert check_outputs(handed, expected).passed

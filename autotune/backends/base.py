@@ -15,14 +15,14 @@ sits below ``autotune.plan``, which takes its knob values from here.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
 
 from autotune.backends import precision
 from autotune.core.device import DeviceInfo, triton_usable
 from autotune.core.reference import TransformerConfig
-
-if TYPE_CHECKING:
-    from torch import Tensor
 
 # Mask kinds found at run time (never assumed).
 MASK_NONE = "none"  # no mask given, or an all-True mask that the plan may drop
@@ -100,6 +100,9 @@ class AttentionBackend(Backend):
 
 class NormBackend(Backend):
     knob = "layernorm"
+    # Takes a half ``delta`` and writes a half normed output in the same pass (no cast
+    # kernels around it): the per-layer path then hands half GEMM operands along.
+    half_io: ClassVar[bool] = False
 
     def add_norm(
         self,
@@ -109,17 +112,23 @@ class NormBackend(Backend):
         bias: Tensor,
         rows: Tensor | None = None,
         zero_out: bool = False,
+        out_dtype: torch.dtype = torch.float32,
     ) -> tuple[Tensor, Tensor]:
-        """``x + delta`` and its LayerNorm; with ``rows`` (the token mask) the sum's padded
-        rows are zeroed, and with ``zero_out`` the normed output's too."""
+        """``x + delta`` (fp32; ``delta`` may be half) and its LayerNorm as ``out_dtype``;
+        with ``rows`` (the token mask) the sum's padded rows are zeroed, and with
+        ``zero_out`` the normed output's too."""
         raise NotImplementedError
 
 
 class FfnBackend(Backend):
     knob = "ffn_act"
+    half_io: ClassVar[bool] = False  # reads and writes half operands without cast kernels
 
-    def inner(self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str) -> Tensor:
-        """``GELU(h @ weight^T + bias)`` (exact GELU), float32."""
+    def inner(
+        self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str, half: bool = False
+    ) -> Tensor:
+        """``GELU(h @ weight^T + bias)`` (exact GELU): float32, or with ``half`` (a half
+        ``gemm_precision``) the next GEMM's half operand, computed in fp32 and rounded once."""
         raise NotImplementedError
 
 

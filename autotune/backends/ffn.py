@@ -16,8 +16,11 @@ TRITON_NEEDS = "CUDA with triton, or TRITON_INTERPRET=1 on the CPU"
 class TorchFfn(FfnBackend):
     value = "torch"
 
-    def inner(self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str) -> Tensor:
-        return F.gelu(linear(h, weight, bias, gemm_precision))
+    def inner(
+        self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str, half: bool = False
+    ) -> Tensor:
+        out = F.gelu(linear(h, weight, bias, gemm_precision))
+        return out.to(h.dtype) if half else out
 
 
 @register
@@ -26,11 +29,16 @@ class TritonEpilogue(FfnBackend):
     rank = 1
     needs = TRITON_NEEDS
     triton = True
+    half_io = True
 
-    def inner(self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str) -> Tensor:
+    def inner(
+        self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str, half: bool = False
+    ) -> Tensor:
         from kernels.ffn import bias_gelu
 
-        return bias_gelu(linear(h, weight, None, gemm_precision), bias.float(), inplace=True)
+        # half: the GEMM's half output is read, and the GELU's written, as they are
+        y = linear(h, weight, None, gemm_precision, keep_half=half)
+        return bias_gelu(y, bias.float(), inplace=True)
 
 
 @register
@@ -40,10 +48,13 @@ class TritonGemm(FfnBackend):
     needs = TRITON_NEEDS
     triton = True
 
-    def inner(self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str) -> Tensor:
+    def inner(
+        self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str, half: bool = False
+    ) -> Tensor:
         from kernels.ffn import linear_gelu
 
         shape = h.shape
-        return linear_gelu(
+        out = linear_gelu(
             h.reshape(-1, shape[-1]), weight, bias, precision=triton_precision(gemm_precision)
         ).view(*shape[:-1], -1)
+        return out.to(h.dtype) if half else out

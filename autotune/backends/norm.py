@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -22,15 +23,16 @@ class TorchNorm(NormBackend):
         bias: Tensor,
         rows: Tensor | None = None,
         zero_out: bool = False,
+        out_dtype: torch.dtype = torch.float32,
     ) -> tuple[Tensor, Tensor]:
         padded = None if rows is None else ~rows.unsqueeze(-1)
-        x = x + delta
+        x = x + delta.float()
         if padded is not None:
             x = x.masked_fill(padded, 0.0)
         h = F.layer_norm(x, (x.shape[-1],), weight, bias, LAYERNORM_EPS)
         if zero_out and padded is not None:
             h = h.masked_fill(padded, 0.0)
-        return x, h
+        return x, h.to(out_dtype)
 
 
 @register
@@ -39,6 +41,7 @@ class TritonNorm(NormBackend):
     rank = 1
     needs = "CUDA with triton, or TRITON_INTERPRET=1 on the CPU"
     triton = True
+    half_io = True
 
     def add_norm(
         self,
@@ -48,6 +51,7 @@ class TritonNorm(NormBackend):
         bias: Tensor,
         rows: Tensor | None = None,
         zero_out: bool = False,
+        out_dtype: torch.dtype = torch.float32,
     ) -> tuple[Tensor, Tensor]:
         from kernels.layernorm import add_layernorm
 
@@ -60,4 +64,5 @@ class TritonNorm(NormBackend):
             row_mask=None if rows is None else rows.reshape(-1),
             zero_sum_rows=rows is not None,
             zero_out_rows=rows is not None and zero_out,
+            out_dtype=out_dtype,
         )

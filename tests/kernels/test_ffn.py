@@ -72,8 +72,28 @@ def test_bias_gelu_writes_into_out_or_in_place(device: str) -> None:
     assert_matches(y, expected, "ieee")
 
 
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_bias_gelu_on_a_half_gemm_output_rounds_once_like_a_cast(device: str, half) -> None:
+    """A half y (a half GEMM's output) read as it is, GELU in fp32, rounded once on store:
+    the fp32 kernel on y.float() followed by a cast, in place or into fp32; bit for bit in
+    fp16 (Triton's interpreter truncates to bf16 where CUDA rounds to nearest: within one
+    bf16 step there)."""
+    y, bias = randn(5, 72).to(half), randn(72, seed=2)
+    cast = bias_gelu(y.float().to(device), bias.to(device), block=64).to(half)
+    into_fp32 = bias_gelu(y.to(device), bias.to(device), out=torch.empty(5, 72).to(device))
+    in_place = y.clone().to(device)
+    assert bias_gelu(in_place, bias.to(device), inplace=True, block=64) is in_place
+    assert in_place.dtype == half
+    if half == torch.float16:
+        assert torch.equal(in_place.cpu(), cast.cpu())
+    else:
+        exact = cast.float().cpu()
+        assert bool(((in_place.float().cpu() - exact).abs() <= exact.abs() * 2.0**-7).all())
+    assert torch.equal(into_fp32.cpu(), bias_gelu(y.float(), bias, block=64))
+
+
 def test_bias_gelu_rejects_non_contiguous_y_and_wrong_bias() -> None:
-    with pytest.raises(ValueError, match="expected a contiguous float32"):
+    with pytest.raises(ValueError, match="expected a contiguous float32, float16 or bfloat16"):
         bias_gelu(torch.randn(40, 3).t(), torch.zeros(40))
     with pytest.raises(ValueError, match=r"bias has shape \(39,\).*vector of 40"):
         bias_gelu(torch.randn(3, 40), torch.zeros(39))

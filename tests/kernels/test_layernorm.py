@@ -224,3 +224,35 @@ def test_rejects_more_rows_than_the_input_has() -> None:
         d_model=40, block_rows=16, num_warps=1, device_type="cuda", num_rows=5
     )
     assert "block_rows=16 > padded row count 8" in found
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_delta_and_half_output_round_once_like_casts(device: str, half) -> None:
+    """A half delta (a half GEMM's output) is upcast on load and out_dtype stores the
+    normed rows as the next GEMM's half operand: the fp32 kernel on delta.float()
+    followed by a cast of y, bit for bit in fp16 (Triton's interpreter truncates to bf16
+    where CUDA and torch round to nearest: within one bf16 step there); the sum stays
+    fp32."""
+    inputs = make_inputs(2, 9, 40)
+    x, weight, bias, mask = (on(device, inputs[k]) for k in ("x", "weight", "bias", "row_mask"))
+    delta = on(device, inputs["delta"].to(half))
+    s, y = add_layernorm(x, delta, weight, bias, row_mask=mask, zero_sum_rows=True,
+                         out_dtype=half)  # fmt: skip
+    s32, y32 = add_layernorm(x, delta.float(), weight, bias, row_mask=mask, zero_sum_rows=True)
+    assert s.dtype == torch.float32 and y.dtype == half
+    assert torch.equal(s.cpu(), s32.cpu())
+    if half == torch.float16:
+        assert torch.equal(y.cpu(), y32.to(half).cpu())
+    else:
+        step = y32.abs().cpu() * 2.0**-7
+        assert bool(((y.float().cpu() - y32.cpu()).abs() <= step).all())
+    ref_s, ref_y = add_layernorm_reference(
+        inputs["x"], inputs["delta"].to(half), inputs["weight"], inputs["bias"],
+        row_mask=inputs["row_mask"], zero_sum_rows=True, out_dtype=half,
+    )  # fmt: skip
+    assert_matches(s, ref_s)
+    assert ref_y.dtype == half
+    with pytest.raises(ValueError, match=r"out_dtype=torch\.int8; pass torch\.float32"):
+        add_layernorm(x, delta, weight, bias, out_dtype=torch.int8)
+    with pytest.raises(ValueError, match=r"x has dtype torch\.float16; pass float32"):
+        add_layernorm(x.half(), None, weight, bias)
