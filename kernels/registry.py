@@ -190,10 +190,13 @@ class LayerNormCase:
     zero_sum_rows: bool = False
     zero_out_rows: bool = False
     block_rows: int = 1
+    half: bool = False  # an fp16 delta in, the normed rows out in fp16 (the GEMM hand-off)
 
     @property
     def name(self) -> str:
         parts = ["add" if self.with_delta else "noadd"]
+        if self.half:
+            parts.append("fp16-io")
         if self.zero_sum_rows:
             parts.append("zero-sum-rows")
         if self.zero_out_rows:
@@ -211,6 +214,9 @@ def _run_layernorm(case: LayerNormCase, device: str) -> CheckResult:
     shape = (case.batch, case.seq_len, case.d_model)
     x = torch.randn(shape, generator=gen)
     delta = torch.randn(shape, generator=gen) if case.with_delta else None
+    if delta is not None and case.half:
+        delta = delta.half()
+    out_dtype = torch.float16 if case.half else torch.float32
     weight = 1 + 0.1 * torch.randn(case.d_model, generator=gen)
     bias = 0.1 * torch.randn(case.d_model, generator=gen)
     row_mask = None
@@ -218,6 +224,7 @@ def _run_layernorm(case: LayerNormCase, device: str) -> CheckResult:
         lengths = torch.randint(1, case.seq_len + 1, (case.batch,), generator=gen)
         row_mask = torch.arange(case.seq_len)[None, :] < lengths[:, None]
     flags = {"zero_sum_rows": case.zero_sum_rows, "zero_out_rows": case.zero_out_rows}
+    flags["out_dtype"] = out_dtype
     ref_s, ref_y = add_layernorm_reference(x, delta, weight, bias, row_mask=row_mask, **flags)
 
     def dev(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -232,11 +239,12 @@ def _run_layernorm(case: LayerNormCase, device: str) -> CheckResult:
         block_rows=case.block_rows,
         **flags,
     )
-    return _combine([_result(s, ref_s, "ieee"), _result(y, ref_y, "ieee")])
+    return _combine([_result(s, ref_s, "ieee"), _result(y, ref_y, "fp16" if case.half else "ieee")])
 
 
 LAYERNORM_CASES = (
     LayerNormCase(2, 37, 40, with_delta=True),
+    LayerNormCase(2, 37, 40, with_delta=True, zero_sum_rows=True, block_rows=2, half=True),
     LayerNormCase(2, 37, 40, with_delta=True, zero_sum_rows=True, block_rows=4),
     LayerNormCase(2, 37, 128, with_delta=False, zero_out_rows=True, block_rows=2),
     LayerNormCase(1, 5, 1024, with_delta=True, block_rows=2),
@@ -256,12 +264,18 @@ def _linear_params(
     return weight, bias
 
 
-def _run_bias_gelu(device: str) -> CheckResult:
+def _run_bias_gelu(device: str, half: bool = False) -> CheckResult:
+    """``half``: an fp16 GEMM output in, GELU'd in place in fp16 (the GEMM hand-off)."""
     from kernels.ffn import bias_gelu, bias_gelu_reference
 
     gen = _generator()
     y = torch.randn(2, 37, 40, generator=gen)
     bias = torch.randn(40, generator=gen)
+    if half:
+        y = y.half()
+        reference = bias_gelu_reference(y.float(), bias)  # before y is overwritten in place
+        out = bias_gelu(y.to(device), bias.to(device), block=128, inplace=True)
+        return _result(out, reference, "fp16")
     out = bias_gelu(y.to(device), bias.to(device), block=128)
     return _result(out, bias_gelu_reference(y, bias), "ieee")
 
@@ -506,6 +520,11 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         )
     yield KernelCheck(
         "ffn/bias_gelu/B2-S37-N40", "bias + exact GELU epilogue vs torch", _run_bias_gelu
+    )
+    yield KernelCheck(
+        "ffn/bias_gelu/B2-S37-N40/fp16-io",
+        "bias + exact GELU epilogue on an fp16 GEMM output, in place, vs torch",
+        lambda device: _run_bias_gelu(device, half=True),
     )
     # ieee: the block's TF32 products err ~2.5e-3 on an H200 (1 element of 832 over the
     # rule, docs/logs/h200_s3_kernels_check.log); no plan of the spaces runs it in TF32.
