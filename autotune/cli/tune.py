@@ -177,6 +177,7 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         replay=args.replay,
         budget_measured=args.budget_measured,
         max_free_streak=args.max_free_streak,
+        stop_at_target=args.stop_at_target,
         command="autotune efficiency " + " ".join(args.argv_text),
     )
     complete, _ = run_efficiency(options, None if args.replay else selection(args))
@@ -313,6 +314,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         metavar="K",
         help="with --budget-measured: free trials in a row that stop a replayed study "
         "early (default 200: MAX_FREE_STREAK, where studies stop)",
+    )
+    p.add_argument(
+        "--stop-at-target",
+        action="store_true",
+        help="with --budget-measured: end each replayed study at its first plan within 3%% "
+        "of the exhaustive best (the trials to it are unchanged; free trials are then "
+        "counted up to it; keeps GP, slow per trial, from running on)",
     )
     p.add_argument("--warm-from", help="another case's measurement cache: its best plans first")
     p.add_argument("--warm-k", type=int, default=5, help="plans taken from --warm-from")

@@ -18,6 +18,9 @@ By default a replay runs a fixed number of trials, repeats included. With
 count toward the budget (repeats, forbidden plans and plans refused unrun are free), and
 a run that meets ``max_free_streak`` free trials in a row (the sampler keeps proposing
 plans it has seen: the studies' ``MAX_FREE_STREAK``) stops early, which the run records.
+``stop_below`` also ends such a run at its first plan within the target: the trials to the
+target are the same (the same study, cut short), and a sampler whose every trial is slow
+(GP, with hundreds of repeats) is not run on for nothing.
 
 The replay fixes each plan's latency at its one measurement: timing noise is not
 re-drawn per trial. What it measures is the search, not the timer.
@@ -210,10 +213,12 @@ def replay(
     *,
     budget_measured: int | None = None,
     max_free_streak: int = MAX_FREE_STREAK,
+    stop_below: float | None = None,
 ) -> Run:
     """A real Optuna study on the space with measured outcomes looked up, not re-run:
     ``n_trials`` trials, or, with ``budget_measured``, until that many trials measured a
-    new plan, ``max_free_streak`` free trials came in a row, or every plan was seen."""
+    new plan, ``max_free_streak`` free trials came in a row, or every plan was seen (and,
+    with ``stop_below``, at the first feasible plan at or below that latency)."""
     if budget_measured is not None and (budget_measured < 1 or max_free_streak < 1):
         raise ValueError(
             f"a measured-trial budget ({budget_measured}) and a cap on free trials in a "
@@ -273,7 +278,7 @@ def replay(
             now = counted[-1]
             streak[0] = 0 if now > streak[1] else streak[0] + 1
             streak[1] = now
-            if now >= budget_measured:
+            if now >= budget_measured or (stop_below is not None and best[-1] <= stop_below):
                 study.stop()
             elif now >= countable:
                 stopped = f"every plan of the space measured ({now}) before the budget"
@@ -476,6 +481,7 @@ class EfficiencyOptions:
     replay: bool = False
     budget_measured: int | None = None  # replay budget in measured trials (repeats free)
     max_free_streak: int | None = None  # with budget_measured; None: MAX_FREE_STREAK
+    stop_at_target: bool = False  # with budget_measured: a run ends within 3% of the best
     command: str = "autotune efficiency"
 
     def __post_init__(self) -> None:
@@ -493,6 +499,8 @@ class EfficiencyOptions:
                 )
             if self.trials is not None:
                 raise ValueError("--trials and --budget-measured are both replay budgets; give one")
+        if self.stop_at_target and self.budget_measured is None:
+            raise ValueError("--stop-at-target applies only with --budget-measured")
         if self.max_free_streak is not None:
             if self.budget_measured is None:
                 raise ValueError("--max-free-streak applies only with --budget-measured")
@@ -579,7 +587,10 @@ def run_efficiency(
         emit(f"warm start: {len(warm)} plans from {options.warm_from}")
     runs = []
     wall: list[float] = []  # seconds each replay took on this machine
-    limits = {} if budget is None else {"budget_measured": budget, "max_free_streak": streak}
+    limits: dict[str, Any] = {}
+    if budget is not None:
+        limits = {"budget_measured": budget, "max_free_streak": streak}
+        limits["stop_below"] = target if options.stop_at_target else None
     for sampler in options.samplers:
         for seed in range(options.seeds):
             for enqueue in [None, warm] if warm else [None]:
@@ -604,8 +615,9 @@ def run_efficiency(
         emit(
             f"measured trials and GPU seconds to within {100 * WITHIN:.0f}% of the "
             f"exhaustive best (budget {budget} measured trials, repeats and refused plans "
-            f"free, at most {streak} free trials in a row; a seed that never got there "
-            "counts as budget + 1):"
+            f"free, at most {streak} free trials in a row"
+            + ("; a run ends at the target" if options.stop_at_target else "")
+            + "; a seed that never got there counts as budget + 1):"
         )
     emit(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
     early = [r for r in runs if r.stopped]
@@ -624,7 +636,15 @@ def run_efficiency(
         "exhaustive_best": dataclasses.asdict(best),
         "within": WITHIN,
         "trials_budget": trials if budget is None else None,
-        **({} if budget is None else {"measured_budget": budget, "max_free_streak": streak}),
+        **(
+            {}
+            if budget is None
+            else {
+                "measured_budget": budget,
+                "max_free_streak": streak,
+                "stop_at_target": options.stop_at_target,
+            }
+        ),
         "rows": rows,
         "runs": [
             {

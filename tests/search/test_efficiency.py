@@ -214,6 +214,18 @@ def test_free_trials_in_a_row_stop_a_run_and_the_run_says_why(tmp_path) -> None:
         replay(space, measured, "tpe", 0, 0, None, budget_measured=5, max_free_streak=0)
 
 
+def test_stop_at_target_cuts_the_same_run_short_at_its_first_plan_within(tmp_path) -> None:
+    space, measured = _toy_measured(tmp_path)
+    target = 0.25 * 1.03
+    for seed in range(3):
+        full = replay(space, measured, "tpe", seed, 0, None, budget_measured=16)
+        cut = replay(space, measured, "tpe", seed, 0, None, budget_measured=16, stop_below=target)
+        hit = full.measured_to_within(target)
+        assert hit is not None and cut.measured_to_within(target) == hit
+        assert cut.best[-1] <= target < min(cut.best[:-1], default=math.inf)
+        assert cut.best == full.best[: len(cut.best)] and not cut.stopped
+
+
 def test_measured_budget_summary_counts_misses_as_budget_plus_one_and_free_trials() -> None:
     runs = [  # budget 3 measured trials
         Run("tpe", 0, False, [2.0, 2.0, 1.0, 1.0], [1] * 4, [1, 1, 2, 3], {"repeat": 1}),
@@ -236,6 +248,7 @@ def test_measured_budget_summary_counts_misses_as_budget_plus_one_and_free_trial
         "--budget-measured 10 --max-free-streak -1",
         "--max-free-streak 5",
         "--budget-measured 10 --trials 20",
+        "--stop-at-target",
     ],
 )
 def test_a_bad_measured_budget_is_one_line_and_exit_2(tmp_path, capsys, flags) -> None:
@@ -274,6 +287,16 @@ def test_efficiency_cli_replays_with_a_measured_budget(tmp_path, capsys) -> None
         assert len(r["best"]) - r["measured"][-1] == sum(r["free"].values())
         assert r["replay_seconds"] >= 0
     assert all("median free trials" in row for row in record["rows"])
+    assert record["stop_at_target"] is False
+    assert cli(base + " --replay --budget-measured 6 --stop-at-target") == 0
+    assert "a run ends at the target" in capsys.readouterr().out
+    record = json.loads((out / "efficiency.json").read_text())
+    assert record["stop_at_target"] is True and record["max_free_streak"] == MAX_FREE_STREAK
+    best = record["exhaustive_best"]["latency"] * 1.03
+    for r in record["runs"]:  # every run ends at its first plan within 3%, or spends 6
+        assert r["best"][-1] <= best < min(r["best"][:-1], default=math.inf) or (
+            r["measured"][-1] == 6 and r["best"][-1] > best
+        )
     assert cli(base + " --replay") == 0  # without it: a trial budget, as before
     record = json.loads((out / "efficiency.json").read_text())
     assert "measured_budget" not in record and "free" not in record["runs"][0]
