@@ -178,6 +178,7 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         budget_measured=args.budget_measured,
         max_free_streak=args.max_free_streak,
         stop_at_target=args.stop_at_target,
+        max_trials_per_run=args.max_trials_per_run,
         command="autotune efficiency " + " ".join(args.argv_text),
     )
     complete, _ = run_efficiency(options, None if args.replay else selection(args))
@@ -321,6 +322,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="with --budget-measured: end each replayed study at its first plan within 3%% "
         "of the exhaustive best (the trials to it are unchanged; free trials are then "
         "counted up to it; keeps GP, slow per trial, from running on)",
+    )
+    p.add_argument(
+        "--max-trials-per-run",
+        type=int,
+        metavar="M",
+        help="with --budget-measured: a replayed study also stops after M trials in all, "
+        "free ones included, and records it (default: no limit, as studies; GP's trials "
+        "cost seconds each past a few hundred on the CPU)",
     )
     p.add_argument("--warm-from", help="another case's measurement cache: its best plans first")
     p.add_argument("--warm-k", type=int, default=5, help="plans taken from --warm-from")

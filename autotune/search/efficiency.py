@@ -20,7 +20,9 @@ a run that meets ``max_free_streak`` free trials in a row (the sampler keeps pro
 plans it has seen: the studies' ``MAX_FREE_STREAK``) stops early, which the run records.
 ``stop_below`` also ends such a run at its first plan within the target: the trials to the
 target are the same (the same study, cut short), and a sampler whose every trial is slow
-(GP, with hundreds of repeats) is not run on for nothing.
+(GP, with hundreds of repeats) is not run on for nothing. ``max_trials`` bounds such a run
+in trials, free ones included (studies have no such bound): GP's trials cost more the more
+trials there are, and it can find a new plan often enough never to meet the free cap.
 
 The replay fixes each plan's latency at its one measurement: timing noise is not
 re-drawn per trial. What it measures is the search, not the timer.
@@ -214,11 +216,13 @@ def replay(
     budget_measured: int | None = None,
     max_free_streak: int = MAX_FREE_STREAK,
     stop_below: float | None = None,
+    max_trials: int | None = None,
 ) -> Run:
     """A real Optuna study on the space with measured outcomes looked up, not re-run:
     ``n_trials`` trials, or, with ``budget_measured``, until that many trials measured a
     new plan, ``max_free_streak`` free trials came in a row, or every plan was seen (and,
-    with ``stop_below``, at the first feasible plan at or below that latency)."""
+    with ``stop_below``, at the first feasible plan at or below that latency; with
+    ``max_trials``, after that many trials in all)."""
     if budget_measured is not None and (budget_measured < 1 or max_free_streak < 1):
         raise ValueError(
             f"a measured-trial budget ({budget_measured}) and a cap on free trials in a "
@@ -288,6 +292,9 @@ def replay(
                     f"{max_free_streak} free trials in a row (repeats or refused plans) "
                     f"after {now} measured"
                 )
+                study.stop()
+            elif max_trials is not None and len(counted) >= max_trials:
+                stopped = f"{max_trials} trials in all, free ones included, after {now} measured"
                 study.stop()
 
         study.optimize(objective, n_trials=None, callbacks=[stop_when_spent])
@@ -482,6 +489,7 @@ class EfficiencyOptions:
     budget_measured: int | None = None  # replay budget in measured trials (repeats free)
     max_free_streak: int | None = None  # with budget_measured; None: MAX_FREE_STREAK
     stop_at_target: bool = False  # with budget_measured: a run ends within 3% of the best
+    max_trials_per_run: int | None = None  # with budget_measured: trials in all, free included
     command: str = "autotune efficiency"
 
     def __post_init__(self) -> None:
@@ -501,6 +509,14 @@ class EfficiencyOptions:
                 raise ValueError("--trials and --budget-measured are both replay budgets; give one")
         if self.stop_at_target and self.budget_measured is None:
             raise ValueError("--stop-at-target applies only with --budget-measured")
+        if self.max_trials_per_run is not None:
+            if self.budget_measured is None:
+                raise ValueError("--max-trials-per-run applies only with --budget-measured")
+            if self.max_trials_per_run < self.budget_measured:
+                raise ValueError(
+                    f"--max-trials-per-run must be at least --budget-measured "
+                    f"({self.budget_measured}), got {self.max_trials_per_run}"
+                )
         if self.max_free_streak is not None:
             if self.budget_measured is None:
                 raise ValueError("--max-free-streak applies only with --budget-measured")
@@ -591,6 +607,7 @@ def run_efficiency(
     if budget is not None:
         limits = {"budget_measured": budget, "max_free_streak": streak}
         limits["stop_below"] = target if options.stop_at_target else None
+        limits["max_trials"] = options.max_trials_per_run
     for sampler in options.samplers:
         for seed in range(options.seeds):
             for enqueue in [None, warm] if warm else [None]:
@@ -617,6 +634,11 @@ def run_efficiency(
             f"exhaustive best (budget {budget} measured trials, repeats and refused plans "
             f"free, at most {streak} free trials in a row"
             + ("; a run ends at the target" if options.stop_at_target else "")
+            + (
+                f"; at most {options.max_trials_per_run} trials a run"
+                if options.max_trials_per_run
+                else ""
+            )
             + "; a seed that never got there counts as budget + 1):"
         )
     emit(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
@@ -643,6 +665,7 @@ def run_efficiency(
                 "measured_budget": budget,
                 "max_free_streak": streak,
                 "stop_at_target": options.stop_at_target,
+                "max_trials_per_run": options.max_trials_per_run,
             }
         ),
         "rows": rows,

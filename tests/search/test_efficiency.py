@@ -208,6 +208,10 @@ def test_free_trials_in_a_row_stop_a_run_and_the_run_says_why(tmp_path) -> None:
     # Every plan measured: the run stops instead of spinning on repeats, and says so.
     run = replay(space, measured, "tpe", 0, 0, None, budget_measured=100)
     assert run.measured[-1] == 16 and run.stopped.startswith("every plan of the space")
+    # A bound on trials in all stops a run that keeps finding a new plan now and then.
+    run = replay(space, measured, "tpe", 0, 0, None, budget_measured=16, max_trials=14)
+    assert len(run.best) == 14 and run.measured[-1] < 14
+    assert run.stopped == f"14 trials in all, free ones included, after {run.measured[-1]} measured"
     with pytest.raises(ValueError, match="at least 1"):
         replay(space, measured, "tpe", 0, 0, None, budget_measured=0)
     with pytest.raises(ValueError, match="at least 1"):
@@ -249,6 +253,8 @@ def test_measured_budget_summary_counts_misses_as_budget_plus_one_and_free_trial
         "--max-free-streak 5",
         "--budget-measured 10 --trials 20",
         "--stop-at-target",
+        "--max-trials-per-run 100",
+        "--budget-measured 10 --max-trials-per-run 9",
     ],
 )
 def test_a_bad_measured_budget_is_one_line_and_exit_2(tmp_path, capsys, flags) -> None:
@@ -288,14 +294,17 @@ def test_efficiency_cli_replays_with_a_measured_budget(tmp_path, capsys) -> None
         assert r["replay_seconds"] >= 0
     assert all("median free trials" in row for row in record["rows"])
     assert record["stop_at_target"] is False
-    assert cli(base + " --replay --budget-measured 6 --stop-at-target") == 0
-    assert "a run ends at the target" in capsys.readouterr().out
+    assert record["max_trials_per_run"] is None
+    assert cli(base + " --replay --budget-measured 6 --stop-at-target --max-trials-per-run 7") == 0
+    printed = capsys.readouterr().out
+    assert "a run ends at the target" in printed and "at most 7 trials a run" in printed
     record = json.loads((out / "efficiency.json").read_text())
     assert record["stop_at_target"] is True and record["max_free_streak"] == MAX_FREE_STREAK
+    assert record["max_trials_per_run"] == 7 and all(len(r["best"]) <= 7 for r in record["runs"])
     best = record["exhaustive_best"]["latency"] * 1.03
     for r in record["runs"]:  # every run ends at its first plan within 3%, or spends 6
         assert r["best"][-1] <= best < min(r["best"][:-1], default=math.inf) or (
-            r["measured"][-1] == 6 and r["best"][-1] > best
+            r["best"][-1] > best and (r["measured"][-1] == 6 or r["stopped"])
         )
     assert cli(base + " --replay") == 0  # without it: a trial budget, as before
     record = json.loads((out / "efficiency.json").read_text())
