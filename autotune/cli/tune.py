@@ -175,6 +175,10 @@ def cmd_efficiency(args: argparse.Namespace) -> int:
         isolate=not args.no_isolation,
         measure_only=args.measure_only,
         replay=args.replay,
+        budget_measured=args.budget_measured,
+        max_free_streak=args.max_free_streak,
+        stop_at_target=args.stop_at_target,
+        max_trials_per_run=args.max_trials_per_run,
         command="autotune efficiency " + " ".join(args.argv_text),
     )
     complete, _ = run_efficiency(options, None if args.replay else selection(args))
@@ -291,7 +295,42 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument("--cache", required=True, help="JSON file of measurements (resumable)")
     p.add_argument("--samplers", default="tpe,gp,nsga2,random")
     p.add_argument("--seeds", type=int, default=5, help="seeds per sampler")
-    p.add_argument("--trials", type=int, help="trials per replayed study (default: space size)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        help="trials per replayed study, repeats of measured plans included (default: space size)",
+    )
+    p.add_argument(
+        "--budget-measured",
+        type=int,
+        metavar="N",
+        help="instead of --trials: replay each study until N trials measured a new plan, as "
+        "a study counts --n-trials (repeats, forbidden and refused plans are free); a run "
+        "also stops after --max-free-streak free trials in a row, or once every plan is "
+        "measured, and records why",
+    )
+    p.add_argument(
+        "--max-free-streak",
+        type=int,
+        metavar="K",
+        help="with --budget-measured: free trials in a row that stop a replayed study "
+        "early (default 200: MAX_FREE_STREAK, where studies stop)",
+    )
+    p.add_argument(
+        "--stop-at-target",
+        action="store_true",
+        help="with --budget-measured: end each replayed study at its first plan within 3%% "
+        "of the exhaustive best (the trials to it are unchanged; free trials are then "
+        "counted up to it; keeps GP, slow per trial, from running on)",
+    )
+    p.add_argument(
+        "--max-trials-per-run",
+        type=int,
+        metavar="M",
+        help="with --budget-measured: a replayed study also stops after M trials in all, "
+        "free ones included, and records it (default: no limit, as studies; GP's trials "
+        "cost seconds each past a few hundred on the CPU)",
+    )
     p.add_argument("--warm-from", help="another case's measurement cache: its best plans first")
     p.add_argument("--warm-k", type=int, default=5, help="plans taken from --warm-from")
     p.add_argument("--timeout", type=float, help="seconds for measuring (resume later)")

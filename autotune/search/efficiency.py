@@ -13,6 +13,17 @@ Two phases, so the GPU pays only once:
    repeated plan costs nothing: studies reuse identical plans' outcomes). Warm starts
    enqueue the best plans of another case's measurements first.
 
+By default a replay runs a fixed number of trials, repeats included. With
+``budget_measured`` it runs as a study does instead: only trials that measure a new plan
+count toward the budget (repeats, forbidden plans and plans refused unrun are free), and
+a run that meets ``max_free_streak`` free trials in a row (the sampler keeps proposing
+plans it has seen: the studies' ``MAX_FREE_STREAK``) stops early, which the run records.
+``stop_below`` also ends such a run at its first plan within the target: the trials to the
+target are the same (the same study, cut short), and a sampler whose every trial is slow
+(GP, with hundreds of repeats) is not run on for nothing. ``max_trials`` bounds such a run
+in trials, free ones included (studies have no such bound): GP's trials cost more the more
+trials there are, and it can find a new plan often enough never to meet the free cap.
+
 The replay fixes each plan's latency at its one measurement: timing noise is not
 re-drawn per trial. What it measures is the search, not the timer.
 """
@@ -34,7 +45,7 @@ from autotune.core.files import write_atomic
 from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
 from autotune.search.space import SearchSpace
-from autotune.search.study import make_sampler
+from autotune.search.study import MAX_FREE_STREAK, make_sampler
 from autotune.search.trials import PENALTY_LATENCY
 
 WITHIN = 0.03
@@ -157,6 +168,27 @@ class Run:
     # toward --n-trials (repeats, forbidden plans and plans unsupported on the device are
     # free). Empty: every trial counted.
     measured: list[int] = dataclasses.field(default_factory=list)
+    # Free trials by kind over the whole run: "repeat" (a plan seen before), "forbidden"
+    # (refused by the space's restrictions), "unsupported" (refused unrun when measured).
+    free: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Why a run with a measured-trial budget ended before spending it ("" when it spent
+    # it, and always "" for a run with a trial budget).
+    stopped: str = ""
+
+    @property
+    def free_trials(self) -> int:
+        """Trials that measured no new plan (what a study does not count)."""
+        return len(self.best) - (self.measured[-1] if self.measured else len(self.best))
+
+    def best_by_measured(self, budget: int) -> list[float]:
+        """Best feasible latency after 1..``budget`` measured trials (the best only changes
+        on a trial that measured a new plan); a run that stopped early keeps its last best."""
+        out: list[float] = []
+        for b, m in zip(self.best, self.measured or range(1, len(self.best) + 1), strict=True):
+            if m > len(out) and len(out) < budget:
+                out.append(b)
+        last = self.best[-1] if self.best else math.inf
+        return out + [last] * (budget - len(out))
 
     def to_within(self, target: float) -> tuple[int | None, float | None]:
         for i, b in enumerate(self.best):
@@ -180,8 +212,22 @@ def replay(
     n_trials: int,
     capacity: int | None,
     enqueue: list[Plan] | None = None,
+    *,
+    budget_measured: int | None = None,
+    max_free_streak: int = MAX_FREE_STREAK,
+    stop_below: float | None = None,
+    max_trials: int | None = None,
 ) -> Run:
-    """A real Optuna study on the space with measured outcomes looked up, not re-run."""
+    """A real Optuna study on the space with measured outcomes looked up, not re-run:
+    ``n_trials`` trials, or, with ``budget_measured``, until that many trials measured a
+    new plan, ``max_free_streak`` free trials came in a row, or every plan was seen (and,
+    with ``stop_below``, at the first feasible plan at or below that latency; with
+    ``max_trials``, after that many trials in all)."""
+    if budget_measured is not None and (budget_measured < 1 or max_free_streak < 1):
+        raise ValueError(
+            f"a measured-trial budget ({budget_measured}) and a cap on free trials in a "
+            f"row ({max_free_streak}) must be at least 1"
+        )
     study = optuna.create_study(
         directions=["minimize", "minimize"], sampler=make_sampler(sampler, seed)
     )
@@ -192,11 +238,13 @@ def replay(
     seen: set[str] = set()
     counted: list[int] = []
     state = {"best": math.inf, "spent": 0.0, "counted": 0}
+    free = {"repeat": 0, "forbidden": 0, "unsupported": 0}
 
     def objective(trial: optuna.Trial) -> list[float]:
         plan = space.sample(trial)
         m = measured.get(plan.hash)
         if m is None:  # refused by the space's restrictions: never run, costs nothing
+            free["forbidden"] += 1
             trial.set_constraint("correctness", 1.0)
             trial.set_constraint("memory", 0.0)
             values = [PENALTY_LATENCY, 0.0]
@@ -206,6 +254,10 @@ def replay(
                 state["spent"] += m.seconds
                 if m.kind != OutcomeKind.UNSUPPORTED.value:  # refused unrun: free
                     state["counted"] += 1
+                else:
+                    free["unsupported"] += 1
+            else:
+                free["repeat"] += 1
             trial.set_constraint("correctness", m.violation if m.passed else 1.0)
             over = 0.0 if capacity is None else (m.predicted_bytes - capacity) / capacity
             trial.set_constraint("memory", over)
@@ -217,14 +269,52 @@ def replay(
         counted.append(int(state["counted"]))
         return values
 
-    study.optimize(objective, n_trials=n_trials)
-    return Run(sampler, seed, bool(enqueue), best, seconds, counted)
+    stopped = ""
+    if budget_measured is None:
+        study.optimize(objective, n_trials=n_trials)
+    else:
+        # Plans a trial can measure: every plan of the space except those refused unrun.
+        countable = sum(m.kind != OutcomeKind.UNSUPPORTED.value for m in measured.values())
+        streak = [0, 0]  # free trials in a row; measured trials at the last trial
+
+        def stop_when_spent(study: optuna.Study, _trial: optuna.trial.FrozenTrial) -> None:
+            nonlocal stopped
+            now = counted[-1]
+            streak[0] = 0 if now > streak[1] else streak[0] + 1
+            streak[1] = now
+            if now >= budget_measured or (stop_below is not None and best[-1] <= stop_below):
+                study.stop()
+            elif now >= countable:
+                stopped = f"every plan of the space measured ({now}) before the budget"
+                study.stop()
+            elif streak[0] >= max_free_streak:
+                stopped = (
+                    f"{max_free_streak} free trials in a row (repeats or refused plans) "
+                    f"after {now} measured"
+                )
+                study.stop()
+            elif max_trials is not None and len(counted) >= max_trials:
+                stopped = f"{max_trials} trials in all, free ones included, after {now} measured"
+                study.stop()
+
+        study.optimize(objective, n_trials=None, callbacks=[stop_when_spent])
+    return Run(sampler, seed, bool(enqueue), best, seconds, counted, free, stopped)
 
 
 def summarise_runs(
-    runs: list[Run], target: float, space_size: int, exhaustive_seconds: float
+    runs: list[Run],
+    target: float,
+    space_size: int,
+    exhaustive_seconds: float,
+    budget_measured: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Per (sampler, warm): trials and seconds to the target, median and spread."""
+    """Per (sampler, warm): trials and seconds to the target, median and spread. Runs
+    replayed with a measured-trial budget (``budget_measured``) are summarised by
+    ``summarise_measured_runs``."""
+    if budget_measured is not None:
+        return summarise_measured_runs(
+            runs, target, space_size, exhaustive_seconds, budget_measured
+        )
     rows = []
     keys = list(dict.fromkeys((r.sampler, r.warm) for r in runs))
     for sampler, warm in keys:
@@ -268,8 +358,62 @@ def summarise_runs(
     return rows
 
 
-def plot_runs(runs: list[Run], exhaustive: float, path: str | Path) -> Path:
-    """Best-so-far latency over the exhaustive best, median over seeds, per sampler."""
+def _quartiles(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.0f}-{values[0]:.0f}"
+    q = statistics.quantiles(values, n=4)
+    return f"{q[0]:.0f}-{q[2]:.0f}"
+
+
+def summarise_measured_runs(
+    runs: list[Run], target: float, space_size: int, exhaustive_seconds: float, budget: int
+) -> list[dict[str, Any]]:
+    """Per (sampler, warm), for runs with a budget of ``budget`` measured trials: measured
+    trials to the target (a seed that never got there counts as ``budget`` + 1), the free
+    trials each run skipped (repeats, forbidden and refused plans), and the runs that
+    stopped before spending the budget."""
+    rows = []
+    keys = list(dict.fromkeys((r.sampler, r.warm) for r in runs))
+    for sampler, warm in keys:
+        group = [r for r in runs if r.sampler == sampler and r.warm == warm]
+        hits = [r.measured_to_within(target) for r in group]
+        secs = [r.to_within(target)[1] for r in group]
+        reached = [h for h in hits if h is not None]
+        spent = sorted(float(h) if h is not None else budget + 1.0 for h in hits)
+        med = statistics.median(spent)
+        free = [float(r.free_trials) for r in group]
+        repeats = [float(r.free.get("repeat", 0)) for r in group]
+        gpu = [s for s in secs if s is not None]
+        rows.append(
+            {
+                "sampler": sampler,
+                "warm start": warm,
+                "seeds": len(group),
+                "reached": f"{len(reached)}/{len(group)}",
+                "median measured trials": med,
+                "measured q1-q3": _quartiles(spent),
+                "% of exhaustive trials": 100.0 * med / space_size,
+                "median trials run": statistics.median(len(r.best) for r in group),
+                "median free trials": statistics.median(free),
+                "free q1-q3": _quartiles(free),
+                "median repeats": statistics.median(repeats),
+                "stopped early": sum(bool(r.stopped) for r in group),
+                "median GPU s": statistics.median(gpu) if gpu else None,
+                "% of exhaustive GPU s": (
+                    100.0 * statistics.median(gpu) / exhaustive_seconds
+                    if gpu and exhaustive_seconds
+                    else None
+                ),
+            }
+        )
+    return rows
+
+
+def plot_runs(
+    runs: list[Run], exhaustive: float, path: str | Path, budget_measured: int | None = None
+) -> Path:
+    """Best-so-far latency over the exhaustive best, median over seeds, per sampler: over
+    trials, or over measured trials for runs with a measured-trial budget."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -279,12 +423,16 @@ def plot_runs(runs: list[Run], exhaustive: float, path: str | Path) -> Path:
     keys = list(dict.fromkeys((r.sampler, r.warm) for r in runs))
     for sampler, warm in keys:
         group = [r for r in runs if r.sampler == sampler and r.warm == warm]
-        n = min(len(r.best) for r in group)
-        ys = [statistics.median(r.best[i] / exhaustive for r in group) for i in range(n)]
+        if budget_measured is None:
+            curves = [r.best for r in group]
+        else:
+            curves = [r.best_by_measured(budget_measured) for r in group]
+        n = min(len(c) for c in curves)
+        ys = [statistics.median(c[i] / exhaustive for c in curves) for i in range(n)]
         ys = [y if math.isfinite(y) else float("nan") for y in ys]
         ax.plot(range(1, n + 1), ys, label=sampler + (" (warm start)" if warm else ""))
     ax.axhline(1 + WITHIN, color="grey", ls="--", lw=1, label=f"within {100 * WITHIN:.0f}%")
-    ax.set_xlabel("trials")
+    ax.set_xlabel("trials" if budget_measured is None else "measured trials (repeats free)")
     ax.set_ylabel("best latency / exhaustive best (median over seeds)")
     ax.set_yscale("log")
     ax.legend(fontsize=8)
@@ -338,6 +486,10 @@ class EfficiencyOptions:
     isolate: bool = True
     measure_only: bool = False
     replay: bool = False
+    budget_measured: int | None = None  # replay budget in measured trials (repeats free)
+    max_free_streak: int | None = None  # with budget_measured; None: MAX_FREE_STREAK
+    stop_at_target: bool = False  # with budget_measured: a run ends within 3% of the best
+    max_trials_per_run: int | None = None  # with budget_measured: trials in all, free included
     command: str = "autotune efficiency"
 
     def __post_init__(self) -> None:
@@ -348,6 +500,30 @@ class EfficiencyOptions:
             raise ValueError(f"unknown sampler(s) {bad}; valid: tpe, gp, nsga2, random")
         if self.seeds < 1:
             raise ValueError(f"--seeds must be at least 1, got {self.seeds}")
+        if self.budget_measured is not None:
+            if self.budget_measured < 1:
+                raise ValueError(
+                    f"--budget-measured must be at least 1, got {self.budget_measured}"
+                )
+            if self.trials is not None:
+                raise ValueError("--trials and --budget-measured are both replay budgets; give one")
+        if self.stop_at_target and self.budget_measured is None:
+            raise ValueError("--stop-at-target applies only with --budget-measured")
+        if self.max_trials_per_run is not None:
+            if self.budget_measured is None:
+                raise ValueError("--max-trials-per-run applies only with --budget-measured")
+            if self.max_trials_per_run < self.budget_measured:
+                raise ValueError(
+                    f"--max-trials-per-run must be at least --budget-measured "
+                    f"({self.budget_measured}), got {self.max_trials_per_run}"
+                )
+        if self.max_free_streak is not None:
+            if self.budget_measured is None:
+                raise ValueError("--max-free-streak applies only with --budget-measured")
+            if self.max_free_streak < 1:
+                raise ValueError(
+                    f"--max-free-streak must be at least 1, got {self.max_free_streak}"
+                )
 
 
 def run_efficiency(
@@ -418,26 +594,62 @@ def run_efficiency(
         f"({Plan.from_dict(best.plan).describe()})"
     )
     trials = options.trials or size
+    budget = options.budget_measured
+    streak = options.max_free_streak or MAX_FREE_STREAK
     target = best.latency * (1 + WITHIN)
     warm = []
     if options.warm_from:
         warm = warm_plans(load_cache(options.warm_from), space, capacity, options.warm_k)
         emit(f"warm start: {len(warm)} plans from {options.warm_from}")
     runs = []
+    wall: list[float] = []  # seconds each replay took on this machine
+    limits: dict[str, Any] = {}
+    if budget is not None:
+        limits = {"budget_measured": budget, "max_free_streak": streak}
+        limits["stop_below"] = target if options.stop_at_target else None
+        limits["max_trials"] = options.max_trials_per_run
     for sampler in options.samplers:
         for seed in range(options.seeds):
-            runs.append(replay(space, measured, sampler, seed, trials, capacity))
-            if warm:
-                runs.append(replay(space, measured, sampler, seed, trials, capacity, warm))
-    rows = summarise_runs(runs, target, size, exhaustive_s)
-    emit(
-        f"trials and GPU seconds to within {100 * WITHIN:.0f}% of the exhaustive best "
-        f"(budget {trials} trials; a seed that never got there counts as budget + 1):"
-    )
+            for enqueue in [None, warm] if warm else [None]:
+                t0 = time.perf_counter()
+                run = replay(space, measured, sampler, seed, trials, capacity, enqueue, **limits)
+                run_s = time.perf_counter() - t0
+                runs.append(run)
+                wall.append(round(run_s, 2))
+                if budget is not None:
+                    emit(
+                        f"{sampler}{' warm' if enqueue else ''} seed {seed}: {len(run.best)} "
+                        f"trials, {run.free_trials} free, {run_s:.1f} s"
+                        + (f"; stopped early: {run.stopped}" if run.stopped else "")
+                    )
+    rows = summarise_runs(runs, target, size, exhaustive_s, budget)
+    if budget is None:
+        emit(
+            f"trials and GPU seconds to within {100 * WITHIN:.0f}% of the exhaustive best "
+            f"(budget {trials} trials; a seed that never got there counts as budget + 1):"
+        )
+    else:
+        emit(
+            f"measured trials and GPU seconds to within {100 * WITHIN:.0f}% of the "
+            f"exhaustive best (budget {budget} measured trials, repeats and refused plans "
+            f"free, at most {streak} free trials in a row"
+            + ("; a run ends at the target" if options.stop_at_target else "")
+            + (
+                f"; at most {options.max_trials_per_run} trials a run"
+                if options.max_trials_per_run
+                else ""
+            )
+            + "; a seed that never got there counts as budget + 1):"
+        )
     emit(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
+    early = [r for r in runs if r.stopped]
+    if early:
+        emit(f"{len(early)} of {len(runs)} runs stopped before spending the budget:")
+        for r in early:
+            emit(f"  {r.sampler}{' warm' if r.warm else ''} seed {r.seed}: {r.stopped}")
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    plot_runs(runs, best.latency, out / "efficiency.png")
+    plot_runs(runs, best.latency, out / "efficiency.png", budget)
     record = {
         "header": header,
         "command": options.command,
@@ -445,7 +657,17 @@ def run_efficiency(
         "exhaustive_seconds": exhaustive_s,
         "exhaustive_best": dataclasses.asdict(best),
         "within": WITHIN,
-        "trials_budget": trials,
+        "trials_budget": trials if budget is None else None,
+        **(
+            {}
+            if budget is None
+            else {
+                "measured_budget": budget,
+                "max_free_streak": streak,
+                "stop_at_target": options.stop_at_target,
+                "max_trials_per_run": options.max_trials_per_run,
+            }
+        ),
         "rows": rows,
         "runs": [
             {
@@ -455,8 +677,13 @@ def run_efficiency(
                 "best": r.best,
                 "seconds": r.seconds,
                 "measured": r.measured,
+                **(
+                    {}
+                    if budget is None
+                    else {"free": r.free, "stopped": r.stopped, "replay_seconds": w}
+                ),
             }
-            for r in runs
+            for r, w in zip(runs, wall, strict=True)
         ],
     }
     write_atomic(out / "efficiency.json", json.dumps(record, indent=1, default=str) + "\n")
