@@ -347,15 +347,17 @@ def summarise_runs(
                 "% of exhaustive trials": 100.0 * med / space_size,
                 "median trials, repeats free": med_spent,
                 "% of exhaustive, repeats free": 100.0 * med_spent / space_size,
-                "median GPU s": statistics.median(secs) if secs else None,
-                "% of exhaustive GPU s": (
-                    100.0 * statistics.median(secs) / exhaustive_seconds
-                    if secs and exhaustive_seconds
-                    else None
-                ),
+                **_gpu_seconds(secs, exhaustive_seconds),
             }
         )
     return rows
+
+
+def _gpu_seconds(secs: list[float], exhaustive_seconds: float) -> dict[str, float | None]:
+    """The median GPU seconds to the target, and that as a share of the exhaustive run's."""
+    med = statistics.median(secs) if secs else None
+    share = 100.0 * med / exhaustive_seconds if med is not None and exhaustive_seconds else None
+    return {"median GPU s": med, "% of exhaustive GPU s": share}
 
 
 def _quartiles(values: list[float]) -> str:
@@ -398,12 +400,7 @@ def summarise_measured_runs(
                 "free q1-q3": _quartiles(free),
                 "median repeats": statistics.median(repeats),
                 "stopped early": sum(bool(r.stopped) for r in group),
-                "median GPU s": statistics.median(gpu) if gpu else None,
-                "% of exhaustive GPU s": (
-                    100.0 * statistics.median(gpu) / exhaustive_seconds
-                    if gpu and exhaustive_seconds
-                    else None
-                ),
+                **_gpu_seconds(gpu, exhaustive_seconds),
             }
         )
     return rows
