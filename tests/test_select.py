@@ -22,7 +22,13 @@ def _passed(speedup: float) -> Outcome:
     return Outcome(OutcomeKind.PASSED, timing=stats, seeds_checked=5)
 
 
-def _select(monkeypatch, speedups: dict[Plan, float], device=None, incumbent=None):
+def _select(
+    monkeypatch,
+    speedups: dict[Plan, float],
+    device=None,
+    incumbent=None,
+    anchors=("sdpa", "sdpa+reduce-overhead"),
+):
     seen: list[Plan] = []
 
     def fake_evaluate_many(bench, plans, **_):
@@ -39,7 +45,7 @@ def _select(monkeypatch, speedups: dict[Plan, float], device=None, incumbent=Non
         select_profile("cpu"),
         bench,
         incumbent=incumbent,
-        anchors=("sdpa", "sdpa+reduce-overhead"),
+        anchors=anchors,
     )
     return winner, seen
 
@@ -79,3 +85,34 @@ def test_a_plan_that_reads_the_mask_on_the_host_is_not_shipped_on_cuda(monkeypat
         assert "reads the mask on the host" in note["dropped"]
     else:
         assert winner.plan == syncing
+
+
+def test_where_the_oracle_judges_a_host_read_per_call_is_shipped_on_cuda(monkeypatch) -> None:
+    import dataclasses
+
+    syncing = Plan(attention="sdpa_math", mask="elide")
+    device = dataclasses.replace(detect_device("cpu"), type="cuda")
+    real_init = CaseBench.__init__
+
+    def oracle_bench(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.reference_kind = "oracle"  # as for case 14: a forward of seconds, never graphed
+
+    monkeypatch.setattr(CaseBench, "__init__", oracle_bench)
+    winner, seen = _select(
+        monkeypatch, {syncing: 3.0}, device=device, incumbent=Incumbent(syncing, "s", 3)
+    )
+    assert syncing in seen and winner.plan == syncing
+    assert not any("dropped" in n for n in winner.finalists if n.get("incumbent"))
+
+
+def test_a_case_whose_every_finalist_syncs_says_so(monkeypatch) -> None:
+    import dataclasses
+
+    syncing = Plan(attention="sdpa_math", mask="elide")
+    device = dataclasses.replace(detect_device("cpu"), type="cuda")
+    monkeypatch.setattr(select, "finalists", lambda *a, **k: [])
+    inc = Incumbent(syncing, "s", 3)
+    winner, seen = _select(monkeypatch, {}, device=device, incumbent=inc, anchors=())
+    assert seen == []
+    assert not winner.admitted and "dropped before it ran" in winner.reason
