@@ -255,3 +255,50 @@ def test_the_steady_state_resolves_each_call_key_once(table, monkeypatch) -> Non
     with serving():
         assert check_outputs(model(x, mask), other(x, mask)).passed
         assert not check_outputs(model(x, mask), ref(x, mask)).passed
+
+
+@pytest.mark.parametrize(("threshold", "path"), [(0.125, "exact"), (8.0, "polynomial")])
+def test_explain_and_the_log_say_what_the_guard_decided_per_call(
+    tmp_path, caplog, threshold, path
+) -> None:
+    """A polynomial plan's route states its guard's rule; after a call, what the guard
+    decided for each batch chunk and layer (in explain(), last_route and the log)."""
+    import logging
+
+    plan = {
+        "attention": "polynomial",
+        "attn_precision": "ieee",
+        "mask": "elide",
+        "poly_chunk": 64,
+        "poly_guard": threshold,
+        "attn_block_m": 16,
+        "attn_block_n": 16,
+        "batch_chunk": 1,
+    }
+    model, ref = _model(_write_table(tmp_path, plan=plan))
+    x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(3))
+    mask = torch.ones(2, 16, dtype=torch.bool)
+    with serving():
+        before = model.explain(x, mask)
+        assert before.plan is not None and len(before.guard) == 1
+        assert f"<= {threshold:g}" in before.guard[0] and "guard:" in str(before)
+        with caplog.at_level(logging.DEBUG, logger="autotune.runtime"):
+            out = model(x, mask)
+        # A hand-written table: with a guard this loose the polynomial errs beyond the rule
+        # at these weights (what the study's constraint and the export's gate refuse).
+        assert check_outputs(out, ref(x, mask)).passed == (path == "exact")
+        after = model.explain(x, mask)
+    rule, summary, *calls = after.guard
+    assert rule == before.guard[0] and model.last_route.guard == after.guard
+    # smoke-1: 2 sequences one at a time, 2 layers: 4 attention calls, each decided alone
+    assert [c.split(":")[0] for c in calls] == [
+        "sequence 0, layer 0",
+        "sequence 0, layer 1",
+        "sequence 1, layer 0",
+        "sequence 1, layer 1",
+    ]
+    assert all(f": {path} (sampled score spread" in c for c in calls)
+    poly = 4 if path == "polynomial" else 0
+    assert summary.startswith(f"last call: {poly} of 4 attention calls polynomial")
+    logged = [r.getMessage() for r in caplog.records if r.name == "autotune.runtime"]
+    assert any(summary in m for m in logged) and sum(m.strip() in calls for m in logged) == 4

@@ -5,7 +5,9 @@ signature. Per call it looks up the input's case key, checks the runtime contrac
 (device and capability, dtype, mask shape and kind, inference mode, matmul precision
 and TF32 flags) and runs the table's plan on a hit, otherwise the reference.
 ``explain(x, mask)`` returns the route and every reason an entry was not used. It never
-tunes.
+tunes. A plan with guarded polynomial attention (case 14) states its guard's rule, and
+after a call what the guard decided per batch chunk and layer (``Route.guard``; one INFO
+line per forward and a DEBUG line per attention call on the ``autotune.runtime`` logger).
 
 A shape with no entry of its own is served by the table's bucket that holds it (a range
 of batch and sequence length whose plan was verified across it at export), when the
@@ -31,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +59,10 @@ from autotune.runtime.table import DispatchTable, compatibility_problems, load_t
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 SERVING_FIX = "wrap calls in autotune.runtime.serving()"
+
+# One INFO line per forward whose plan has a guarded approximation (what its guard
+# decided), and a DEBUG line per attention call.
+LOG = logging.getLogger("autotune.runtime")
 
 
 @contextlib.contextmanager
@@ -116,11 +123,54 @@ class Route:
     source: str = ""
     # A shape outside every bucket with gate_unseen: the plan its first call will gate.
     pending_gate: Plan | None = None
+    # A plan with a guarded approximation (polynomial attention): its rule, then what the
+    # guard decided on the last call of this call key, one line per attention call (batch
+    # chunk and layer); only the rule before the first call.
+    guard: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         why = "" if not self.reasons else " (" + "; ".join(self.reasons) + ")"
         where = f" [{self.source}]" if self.source and self.plan is not None else ""
-        return f"{self.target}{where}{why}"
+        guard = f" [{self.guard[0]}]" if self.guard else ""
+        return f"{self.target}{where}{why}{guard}"
+
+
+def guard_rule(plan: Plan) -> str:
+    """What a polynomial plan's guard does, in one line."""
+    prefix = (
+        f"; the first {plan.poly_exact_prefix} rows always exact" if plan.poly_exact_prefix else ""
+    )
+    return (
+        f"guard: per attention call, polynomial attention where the sampled score spread is "
+        f"<= {plan.poly_guard:g}, exact attention otherwise{prefix}"
+    )
+
+
+def guard_report(
+    decisions: list[Any], batch: int, batch_chunk: int, layers: int
+) -> tuple[str, ...]:
+    """A summary line, then one line per attention call (``GuardDecision``s in call order:
+    every layer of a batch chunk, then the next chunk)."""
+    per = batch_chunk if 0 < batch_chunk < batch else batch
+    chunks = -(-batch // per)
+    by_position = len(decisions) == chunks * layers
+    lines = []
+    for i, d in enumerate(decisions):
+        if by_position:
+            c, layer = divmod(i, layers)
+            lo, hi = c * per, min((c + 1) * per, batch) - 1
+            where = f"sequence {lo}" if lo == hi else f"sequences {lo}-{hi}"
+            lines.append(f"{where}, layer {layer}: {d.path} ({d.reason})")
+        else:
+            lines.append(f"attention call {i}: {d.path} ({d.reason})")
+    poly = sum(1 for d in decisions if d.path == "polynomial")
+    spreads = [d.spread for d in decisions]
+    summary = (
+        f"last call: {poly} of {len(decisions)} attention calls polynomial, "
+        f"{len(decisions) - poly} exact; sampled spread {min(spreads):.3g}-{max(spreads):.3g}, "
+        f"threshold {decisions[0].threshold:g}"
+    )
+    return (summary, *lines)
 
 
 def _config_at(config: TransformerConfig, key: tuple[Any, ...]) -> TransformerConfig:
@@ -156,6 +206,8 @@ class DispatchedTransformer(ReferenceTransformer):
         self._warned = False  # the table refused as a whole: said once
         self._warned_contract = False  # a tuned entry skipped for the contract: said once
         self.last_route: Route | None = None
+        # Per call key, what a guarded approximation decided on its last call.
+        self._guards: dict[tuple[Any, ...], tuple[str, ...]] = {}
         self.register_load_state_dict_post_hook(lambda module, keys: module.refresh())
 
     def refresh(self) -> None:
@@ -177,6 +229,7 @@ class DispatchedTransformer(ReferenceTransformer):
         self._candidates.clear()  # they read our parameters; graphs must be re-captured
         self._routes.clear()
         self._served.clear()
+        self._guards.clear()
         self._fingerprint = None
         return super()._apply(fn, recurse)
 
@@ -219,6 +272,9 @@ class DispatchedTransformer(ReferenceTransformer):
             )
         reasons += contract_problems()
         if not reasons:
+            if static.plan is not None and static.plan.attention == "polynomial":
+                done = self._guards.get(_call_key(x, valid_token_mask), ())
+                return dataclasses.replace(static, guard=(guard_rule(static.plan), *done))
             return static
         # Only the missing gate verdict keeps the plan out: the first call gates it.
         pending = static.pending_gate if reasons == list(static.reasons) else None
@@ -433,7 +489,23 @@ class DispatchedTransformer(ReferenceTransformer):
         object.__setattr__(self, "last_route", route)  # no nn.Module checks per call
         if cand is None:
             return super().forward(x, valid_token_mask)
-        return cand.forward(x, valid_token_mask)  # our own candidate: no hooks to run
+        out = cand.forward(x, valid_token_mask)  # our own candidate: no hooks to run
+        if cand.guard_log:  # a guarded approximation ran: say what its guard decided
+            self._report_guard(key, route, cand, x.shape[0])
+        return out
+
+    def _report_guard(
+        self, key: tuple[Any, ...], route: Route, cand: CandidateTransformer, batch: int
+    ) -> None:
+        assert route.plan is not None
+        report = guard_report(cand.guard_log, batch, route.plan.batch_chunk, self.config.num_layers)
+        self._guards[key] = report
+        object.__setattr__(
+            self, "last_route", dataclasses.replace(route, guard=(guard_rule(route.plan), *report))
+        )
+        LOG.info("%s: %s", route.target, report[0])
+        for line in report[1:]:
+            LOG.debug("  %s", line)
 
     def _resolve(
         self, x: Tensor, valid_token_mask: Tensor | None
