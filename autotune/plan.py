@@ -260,6 +260,16 @@ KNOBS: tuple[Knob, ...] = (
         needs={True: "attention=triton (per layer or fused_layer=rows)"},
         group="kernels",
     ),
+    Knob(
+        "row_stage",
+        False,
+        "the post-attention rows kernel (fused_layer=heads or rows): the residual x + "
+        "attention waits in the output rows during the FFN instead of in registers (fewer "
+        "live registers; the same result, bit for bit)",
+        choices=(False, True),
+        needs={True: "fused_layer=heads or rows"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -295,6 +305,7 @@ class Plan:
     row_block: int = 32
     row_warps: int = 4
     mask_bounds: bool = False
+    row_stage: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -349,7 +349,7 @@ def _run_block(
     gen = _generator()
     x = torch.randn(2, 13, 32, generator=gen).to(device)
     lengths = mask = None
-    if padding == "padded":
+    if padding in ("padded", "padded-staged"):
         lengths = torch.tensor([13, 9], dtype=torch.int32, device=device)
         mask = torch.arange(13, device=device)[None] < lengths[:, None]
     elif padding == "masked":
@@ -404,10 +404,10 @@ def _run_layer(
     gen = _generator()
     x = torch.randn(b, s, d, generator=gen).to(device)
     mask = None
-    if padding == "padded":
+    if padding in ("padded", "padded-staged"):
         lengths = torch.tensor([s, s - 6, 1])
         mask = (torch.arange(s)[None] < lengths[:, None]).to(device)
-    elif padding in ("masked", "masked-bounds"):
+    elif padding in ("masked", "masked-bounds", "masked-staged"):
         holes = torch.rand(b, s, generator=gen) < 0.6
         holes[:, 0] = True
         if padding == "masked-bounds":  # a valid prefix of a block, then holes and a tail
@@ -428,7 +428,11 @@ def _run_layer(
             key_mask=mask,
             variant=variant,
             tiling=Tiling(
-                block_m=16, block_n=16, row_block=16, mask_bounds=padding == "masked-bounds"
+                block_m=16,
+                block_n=16,
+                row_block=16,
+                mask_bounds=padding == "masked-bounds",
+                stage_residual=padding.endswith("-staged"),
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -542,6 +546,8 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("rows", "ieee", "masked", True),
         ("rows", "fp16", "padded", True),
         ("rows", "fp16", "masked-bounds", True),
+        ("rows", "fp16", "masked-staged", True),
+        ("heads", "ieee", "padded-staged", True),
         ("seq", "ieee", "masked", True),
         ("seq", "fp16", "padded", True),
     )

@@ -270,6 +270,12 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     # The per-layer Triton attention takes the bounds too.
     per_layer = bounded.replace(fused_layer="none")
     assert not_supported_reasons(per_layer, cfg, cpu_device) == []
+    # row_stage: the post-attention rows kernel of heads and rows only.
+    assert not_supported_reasons(layer.replace(row_stage=True), cfg, cpu_device) == []
+    assert not_supported_reasons(bounded.replace(row_stage=True), long, cpu_device) == []
+    for other in ({"fused_layer": "seq"}, {"fused_layer": "none"}):
+        reasons = not_supported_reasons(layer.replace(row_stage=True, **other), cfg, cpu_device)
+        assert any("row_stage=True applies to" in r for r in reasons), (other, reasons)
 
 
 def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:

@@ -30,12 +30,18 @@ class NoFusedLayer(FusedLayerFamily):
     def reasons(
         self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
     ) -> list[str]:
+        reasons = []
         if plan.mask_bounds and plan.attention != "triton":
-            return [
+            reasons.append(
                 "mask_bounds=True applies to the project's Triton attention (attention=triton, "
                 f"per layer or in fused_layer=rows); got attention={plan.attention}"
-            ]
-        return []
+            )
+        if plan.row_stage:
+            reasons.append(
+                "row_stage=True applies to the post-attention rows kernel of "
+                "fused_layer=heads or rows; got fused_layer=none"
+            )
+        return reasons
 
 
 def tiling(plan: Any) -> Any:
@@ -50,6 +56,7 @@ def tiling(plan: Any) -> Any:
         row_block=plan.row_block,
         row_warps=plan.row_warps,
         mask_bounds=plan.mask_bounds,
+        stage_residual=plan.row_stage,
     )
 
 
@@ -75,6 +82,11 @@ class _FusedLayer(FusedLayerFamily):
             reasons.append(
                 f"mask_bounds=True applies to the flash attention of fused_layer=rows; "
                 f"fused_layer={self.value} reads each key's mask byte in its own kernel"
+            )
+        if plan.row_stage and self.value == "seq":
+            reasons.append(
+                "row_stage=True applies to the post-attention rows kernel of fused_layer=heads "
+                "or rows; fused_layer=seq runs the whole layer in one kernel"
             )
         for knob in ("compile", "batch_chunk", "host_io", "query_chunk"):
             if getattr(plan, knob) not in ("none", 0, False):

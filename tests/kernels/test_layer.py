@@ -264,3 +264,30 @@ def test_seq_in_place_and_alternating_buffers_give_the_same_result(layers, devic
     assert compare(one, reference, PROJECT_RULE).passed
     torch.testing.assert_close(split, one, rtol=1e-5, atol=1e-5)
     assert torch.count_nonzero(x_change) == 0 and torch.count_nonzero(split_change) == 0
+
+
+@pytest.mark.parametrize(("variant", "precision"), [("rows", "fp16"), ("heads", "ieee")])
+def test_staged_residual_gives_the_same_output_bit_for_bit(variant, precision, device) -> None:
+    """stage_residual keeps x + attention in the output rows during the FFN instead of in
+    registers: the same values, so the same output, in place or not; seq refuses it."""
+    from autotune.core.reference import build_reference, generate_random_case
+
+    cfg = TransformerConfig(3, 37, 40, 5, 72, 2, causal=True)
+    ref = build_reference(cfg)
+    x, mask = generate_random_case(cfg, seed=3, padding_ratio=0.3)
+    layers, final = weights_from_model(ref)
+    weights = [prepare_layer_weights(w, precision) for w in layers]
+    x, mask = x.to(device), mask.to(device)
+
+    def run(stage: bool, variant: str = variant) -> torch.Tensor:
+        tiling = Tiling(block_m=16, block_n=16, row_block=16, stage_residual=stage)
+        return layer_stack(x, weights, final, num_heads=5, causal=True, key_mask=mask,
+                           variant=variant, tiling=tiling, gemm_precision=precision,
+                           attn_precision=precision)  # fmt: skip
+
+    staged = run(True)
+    assert torch.equal(staged, run(False))
+    with torch.inference_mode():
+        assert compare(staged.cpu(), ref(x.cpu(), mask.cpu()), PROJECT_RULE).passed
+    with pytest.raises(ValueError, match="stage_residual applies to the post-rows kernel"):
+        run(True, "seq")
