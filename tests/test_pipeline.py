@@ -275,7 +275,8 @@ def test_re_export_measures_the_shipped_entries_as_incumbents(pipeline, tmp_path
     incumbent = [n for n in notes if n.get("incumbent")]
     assert len(incumbent) == 1 and "speedup" in incumbent[0]  # re-measured in the same run
     reason = entry["evidence"]["reason"]
-    if entry["admitted"]:
+    # On the CPU's timing an anchor measured beside them may beat every plan: it ships.
+    if entry["admitted"] and not reason.startswith("anchor "):
         assert "incumbent" in reason, reason
         if "incumbent kept" in reason or "re-measured fastest" in reason:
             assert entry["plan"] == shipped

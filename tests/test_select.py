@@ -116,3 +116,36 @@ def test_a_case_whose_every_finalist_syncs_says_so(monkeypatch) -> None:
     winner, seen = _select(monkeypatch, {}, device=device, incumbent=inc, anchors=())
     assert seen == []
     assert not winner.admitted and "dropped before it ran" in winner.reason
+
+
+def test_finalists_are_the_fastest_by_absolute_time_against_one_study_reference() -> None:
+    """Case 11 in session 11: a plan timed at 0.204 ms beside a 1.86 ms reference and one at
+    0.271 ms beside 3.23 ms (the reference's time swings between processes). Latency is
+    each candidate over the study's first reference time, and the finalists are the fastest
+    by their own time; a slower plan with less memory takes no finalist's place."""
+    from autotune.search import trials
+
+    fast = Plan(attention="sdpa_math", qkv="packed")
+    slower = Plan(attention="sdpa_math", heads="strided")
+    lean = Plan(attention="sdpa_efficient")
+    specs = [(fast, 0.204, 1.86, 33.05), (slower, 0.271, 3.23, 33.04), (lean, 0.51, 1.9, 25.0)]
+    study = optuna.create_study(directions=["minimize", "minimize"])
+
+    def objective(trial: optuna.Trial) -> list[float]:
+        plan, cand, ref, mib = specs[trial.number]
+        stats = TimingStats(ref, cand, ref / cand, 0.01, 3, 100)
+        outcome = Outcome(
+            OutcomeKind.PASSED, timing=stats, seeds_checked=5, peak_memory_bytes=int(mib * 2**20)
+        )
+        reference_ms = trials.study_reference_ms(study, outcome)
+        return trials.record_outcome(trial, plan, outcome, 2**40, reference_ms)
+
+    study.optimize(objective, n_trials=3)
+    assert study.user_attrs[trials.REFERENCE_MS] == 1.86
+    assert [round(t.values[0], 6) for t in study.trials] == [
+        round(ms / 1.86, 6) for ms in (0.204, 0.271, 0.51)
+    ]
+    assert [trials.trial_plan(t) for t in select.finalists(study, k=2)] == [fast, slower]
+    # Under a memory cap only the lean plan fits: the cap picks along the front.
+    capped = select.finalists(study, k=2, max_memory=30 * 2**20)
+    assert [trials.trial_plan(t) for t in capped] == [lean]

@@ -332,7 +332,8 @@ def make_objective(
             trials.mark_interrupted(trial)
             _quiet_optuna()  # the run ends here: one line from the CLI, no trial traceback
             raise KeyboardInterrupt
-        return trials.record_outcome(trial, plan, outcome, capacity)
+        reference_ms = trials.study_reference_ms(study, outcome) if outcome.passed else None
+        return trials.record_outcome(trial, plan, outcome, capacity, reference_ms)
 
     return objective
 

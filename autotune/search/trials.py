@@ -150,8 +150,37 @@ def study_names(storage: Any) -> list[str]:
 
 
 # --- trials --------------------------------------------------------------------------
-def record_outcome(trial: optuna.Trial, plan: Plan, outcome: Outcome, capacity: int) -> list[float]:
-    """Store the outcome on the trial, set the constraints, return the objective values."""
+# The study's reference time (ms), fixed by its first timed trial: every trial's latency
+# objective is its own candidate median over this one number, not over the reference timed
+# in its own process (on launch-bound cases that swings 1.4-3.2 ms between processes, where
+# a graph-captured plan's time moves a few percent: ratios against per-trial references
+# ranked 0.271 ms above 0.204 ms on case 11, session 11).
+REFERENCE_MS = "reference_ms"
+
+
+def study_reference_ms(study: optuna.Study, outcome: Outcome) -> float | None:
+    """The study's fixed reference time: stored by the first timed trial (this one, when
+    none is stored yet). Two workers racing on the first trial may each use their own."""
+    stored = study.user_attrs.get(REFERENCE_MS)
+    if stored is not None:
+        return float(stored)
+    if outcome.timing is None or not outcome.timing.ref_median_ms > 0:
+        return None
+    ref = float(outcome.timing.ref_median_ms)
+    study.set_user_attr(REFERENCE_MS, ref)
+    return ref
+
+
+def record_outcome(
+    trial: optuna.Trial,
+    plan: Plan,
+    outcome: Outcome,
+    capacity: int,
+    reference_ms: float | None = None,
+) -> list[float]:
+    """Store the outcome on the trial, set the constraints, return the objective values:
+    latency is the candidate's median over ``reference_ms`` (the study's fixed reference
+    time; without it, over the reference timed beside it), and peak memory in MiB."""
     trial.set_user_attr(PLAN, plan.to_dict())
     trial.set_user_attr(PLAN_HASH, plan.hash)
     trial.set_user_attr(OUTCOME_KIND, outcome.kind.value)
@@ -166,8 +195,8 @@ def record_outcome(trial: optuna.Trial, plan: Plan, outcome: Outcome, capacity: 
     trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [correctness, memory])
     peak = outcome.peak_memory_bytes or predicted
     if outcome.passed and outcome.timing is not None:
-        latency = outcome.timing.cand_median_ms / outcome.timing.ref_median_ms
-        return [latency, peak / 2**20]
+        ref = reference_ms if reference_ms else outcome.timing.ref_median_ms
+        return [outcome.timing.cand_median_ms / ref, peak / 2**20]
     return [PENALTY_LATENCY, peak / 2**20]
 
 
@@ -225,6 +254,26 @@ def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
 
 def feasible_by_latency(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return sorted((t for t in trials if is_feasible(t)), key=_latency_order)
+
+
+def candidate_ms(trial: FrozenTrial) -> float | None:
+    """The candidate's median time as its trial measured it (absolute; None untimed)."""
+    outcome = trial.user_attrs.get(OUTCOME) or {}
+    timing = outcome.get("timing") or {}
+    ms = timing.get("cand_median_ms")
+    return float(ms) if ms is not None else None
+
+
+def feasible_by_time(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Feasible trials, fastest first by their own absolute candidate time (a trial without
+    one by its latency objective, after those with)."""
+    feasible = [t for t in trials if is_feasible(t)]
+
+    def order(t: FrozenTrial) -> tuple[int, float, float, int]:
+        ms = candidate_ms(t)
+        return (0, ms, t.values[1], t.number) if ms is not None else (1, *_latency_order(t))
+
+    return sorted(feasible, key=order)
 
 
 def _latency_order(t: FrozenTrial) -> tuple[float, float, int]:

@@ -80,12 +80,12 @@ def finalists(
     max_memory: int | None = None,
     exclude_triton: bool = False,
 ) -> list[FrozenTrial]:
-    """The fastest ``k`` distinct plans of the feasible Pareto set under the memory cap,
-    topped up with the next-fastest feasible trials when the front is short. With
-    ``exclude_triton`` the plans with project Triton kernels are left out of both."""
-    ordered = trials.pareto_front(study) + trials.feasible_by_latency(
-        study.get_trials(deepcopy=False)
-    )
+    """The fastest ``k`` distinct feasible plans under the memory cap, by each trial's own
+    absolute candidate time (the cap picks the point along the latency-memory front; a
+    lower-memory but slower plan takes no finalist's place under it). Not by the latency
+    objective of older studies, which divided by a reference timed in each trial's own
+    process. With ``exclude_triton`` the plans with project Triton kernels are left out."""
+    ordered = trials.feasible_by_time(study.get_trials(deepcopy=False))
     if exclude_triton:
         ordered = [t for t in ordered if not (trials.trial_plan(t) or REFERENCE_PLAN).uses_triton]
     chosen: list[FrozenTrial] = []

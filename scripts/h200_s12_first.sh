@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Issue 17, first call of session 12 (planned in session 11), at most 9 minutes, log
+# $OUT/s12_first.log:
+# - `autotune kernels check` on the device (43 checks: the staged post-rows kernel's two
+#   new ones among them);
+# - case 6's shipped plan against it with row_stage (x + attention kept in memory during
+#   the FFN), each profiled in its own process (prediction, docs/kernels_h200.md: post rows
+#   toward ~0.7 ms a layer, case 6 ~9.2 ms, if register pressure is the cause);
+# - case 11 exported again now that finalists are ranked by absolute time (session 11's
+#   export never re-measured the 64/64 rows plan its study timed at 0.204 ms against the
+#   shipped 0.275 ms), and benched beside the reduce-overhead anchor.
+# Returned: s12_first.log, h200.py, bench_s12_c11.csv.
+set -o pipefail
+source scripts/device_prelude.sh
+export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
+LOG="$OUT/s12_first.log"
+cp tables/h200.py "$OUT/h200.py"
+step "kernels check"
+timeout 180 python3 -m autotune kernels check 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -4
+step "case 6: shipped plan, then with row_stage"
+base='"attention":"triton","attn_precision":"fp16","cuda_graph":true,"fused_layer":"rows","gemm_precision":"fp16","row_block":64'
+for extra in '' ',"row_stage":true' ',"row_stage":true,"row_block":128,"row_warps":8'; do
+  timeout 45 python3 scripts/kernel_profile.py --forwards 5 --case 6 "{$base$extra}" 2>&1 \
+    | grep -v -i warn | tee -a "$LOG"
+done
+step "export case 11"
+timeout 120 python3 -m autotune export --gpu h200 --out "$OUT/h200.py" --cases 11 --finalists 3 \
+  --anchors sdpa+reduce-overhead 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -4
+left=$(( 520 - SECONDS ))
+[ "$left" -gt 40 ] && timeout "$left" python3 -m autotune bench --gpu h200 --table "$OUT/h200.py" \
+  --cases 11 --anchors sdpa+reduce-overhead --hot-path --csv "$OUT/bench_s12_c11.csv" 2>&1 \
+  | grep -v -i warn | tee -a "$LOG" | tail -6
+step "done"
