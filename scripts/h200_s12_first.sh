@@ -8,7 +8,9 @@
 #   toward ~0.7 ms a layer, case 6 ~9.2 ms, if register pressure is the cause);
 # - case 11 exported again now that finalists are ranked by absolute time (session 11's
 #   export never re-measured the 64/64 rows plan its study timed at 0.204 ms against the
-#   shipped 0.275 ms), and benched beside the reduce-overhead anchor.
+#   shipped 0.275 ms), and benched beside the reduce-overhead anchor;
+# - before that, profiles of cases 13 and 2 with and without row_stage, and of case 8's
+#   Triton and cuDNN fp16 plans (1.359 / 1.379 ms at export: where their 42+ kernels go).
 # Returned: s12_first.log, h200.py, bench_s12_c11.csv.
 set -o pipefail
 source scripts/device_prelude.sh
@@ -21,6 +23,14 @@ step "case 6: shipped plan, then with row_stage"
 base='"attention":"triton","attn_precision":"fp16","cuda_graph":true,"fused_layer":"rows","gemm_precision":"fp16","row_block":64'
 for extra in '' ',"row_stage":true' ',"row_stage":true,"row_block":128,"row_warps":8'; do
   timeout 45 python3 scripts/kernel_profile.py --forwards 5 --case 6 "{$base$extra}" 2>&1 \
+    | grep -v -i warn | tee -a "$LOG"
+done
+step "cases 13 and 2 (their post-rows kernels), with and without row_stage; case 8's two fp16 plans"
+c13='"attention":"triton","attn_precision":"fp16","cuda_graph":true,"fused_layer":"rows","gemm_precision":"fp16","mask_bounds":true,"row_block":64'
+c2='"attention":"triton","attn_block_m":32,"attn_block_n":128,"attn_precision":"fp16","attn_stages":1,"cuda_graph":true,"fused_layer":"heads","gemm_precision":"fp16","row_block":16'
+for spec in "13 {$c13}" "13 {$c13,\"row_stage\":true}" "2 {$c2}" "2 {$c2,\"row_stage\":true}" \
+  "8 @docs/plans/c8_triton_fp16_fused_ln.json" "8 @docs/plans/c8_cudnn_fp16_fused_ln.json"; do
+  timeout 45 python3 scripts/kernel_profile.py --forwards 10 --case ${spec%% *} "${spec#* }" 2>&1 \
     | grep -v -i warn | tee -a "$LOG"
 done
 step "export case 11"
