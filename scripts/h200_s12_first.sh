@@ -5,7 +5,9 @@
 #   new ones among them);
 # - case 6's shipped plan against it with row_stage (x + attention kept in memory during
 #   the FFN), each profiled in its own process (prediction, docs/kernels_h200.md: post rows
-#   toward ~0.7 ms a layer, case 6 ~9.2 ms, if register pressure is the cause);
+#   toward ~0.7 ms a layer, case 6 ~9.2 ms, if register pressure is the cause); without a
+#   graph (no 312 us input copy; 13 launches of host time instead); and the one-launch
+#   seq layer with 32-row tiles (never measured at case 6: the 64-row plan faulted first);
 # - case 11 exported again now that finalists are ranked by absolute time (session 11's
 #   export never re-measured the 64/64 rows plan its study timed at 0.204 ms against the
 #   shipped 0.275 ms), and benched beside the reduce-overhead anchor;
@@ -21,7 +23,9 @@ step "kernels check"
 timeout 180 python3 -m autotune kernels check 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -4
 step "case 6: shipped plan, then with row_stage"
 base='"attention":"triton","attn_precision":"fp16","cuda_graph":true,"fused_layer":"rows","gemm_precision":"fp16","row_block":64'
-for extra in '' ',"row_stage":true' ',"row_stage":true,"row_block":128,"row_warps":8'; do
+for extra in '' ',"row_stage":true' ',"row_stage":true,"row_block":128,"row_warps":8' \
+  ',"cuda_graph":false' ',"fused_layer":"seq","attn_block_m":32,"attn_warps":4' \
+  ',"fused_layer":"seq","attn_block_m":32,"attn_warps":8'; do
   timeout 45 python3 scripts/kernel_profile.py --forwards 5 --case 6 "{$base$extra}" 2>&1 \
     | grep -v -i warn | tee -a "$LOG"
 done
