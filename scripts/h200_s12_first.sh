@@ -8,6 +8,7 @@
 #   toward ~0.7 ms a layer, case 6 ~9.2 ms, if register pressure is the cause); without a
 #   graph (no 312 us input copy; 13 launches of host time instead); and the one-launch
 #   seq layer with 32-row tiles (never measured at case 6: the 64-row plan faulted first);
+# - registers and spills of case 6's kernels (scripts/kernel_regs.py), both variants;
 # - case 11 exported again now that finalists are ranked by absolute time (session 11's
 #   export never re-measured the 64/64 rows plan its study timed at 0.204 ms against the
 #   shipped 0.275 ms), and benched beside the reduce-overhead anchor;
@@ -28,6 +29,11 @@ for extra in '' ',"row_stage":true' ',"row_stage":true,"row_block":128,"row_warp
   ',"fused_layer":"seq","attn_block_m":32,"attn_warps":8'; do
   timeout 45 python3 scripts/kernel_profile.py --forwards 5 --case 6 "{$base$extra}" 2>&1 \
     | grep -v -i warn | tee -a "$LOG"
+done
+step "case 6: registers and spills of the row kernels, with and without row_stage"
+for extra in '' ',"row_stage":true'; do
+  timeout 40 python3 scripts/kernel_regs.py --case 6 "{$base$extra}" 2>&1 | grep -v -i warn \
+    | grep -v "  0 *0 *0$" | tee -a "$LOG"
 done
 step "cases 13 and 2 (their post-rows kernels), with and without row_stage; case 8's two fp16 plans"
 c13='"attention":"triton","attn_precision":"fp16","cuda_graph":true,"fused_layer":"rows","gemm_precision":"fp16","mask_bounds":true,"row_block":64'
