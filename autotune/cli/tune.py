@@ -255,8 +255,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--warm-start",
         metavar="FROM",
         help="seed new studies with plans from @PLAN.json (one plan), a table file, a "
-        "profile's studies (their fastest Pareto plans) or a study name; comma-separated, "
-        "measured in that order",
+        "profile's studies (their fastest plans, by measured time) or a study name; "
+        "comma-separated, measured in that order",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(

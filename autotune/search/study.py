@@ -201,10 +201,15 @@ def warm_start_plans(
                 and trials.profile_of(name) == profile
             ):
                 continue
-            for t in trials.pareto_front(study)[:per_study]:
+            taken: set[str | None] = set()
+            for t in trials.feasible_by_time(study.get_trials(deepcopy=False)):
                 plan = trials.trial_plan(t)
-                if plan is not None:
-                    out.append((plan, f"study {name} trial {t.number}"))
+                if plan is None or plan.hash in taken:
+                    continue
+                taken.add(plan.hash)
+                out.append((plan, f"study {name} trial {t.number}"))
+                if len(taken) == per_study:
+                    break
     return out
 
 

@@ -252,10 +252,6 @@ def pareto_front(study: optuna.Study) -> list[FrozenTrial]:
     return sorted(front, key=_latency_order)
 
 
-def feasible_by_latency(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    return sorted((t for t in trials if is_feasible(t)), key=_latency_order)
-
-
 def candidate_ms(trial: FrozenTrial) -> float | None:
     """The candidate's median time as its trial measured it (absolute; None untimed)."""
     outcome = trial.user_attrs.get(OUTCOME) or {}

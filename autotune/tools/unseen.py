@@ -182,7 +182,7 @@ def tuned_plans(storage_url: str | None, profile: str) -> dict[tuple[Any, ...], 
     storage = trials.open_storage(storage_url, heartbeat_interval=None, grace_period=None)
     out = {}
     for study in trials.studies_by_case(storage, profile, trials.current_study(profile)).values():
-        best = trials.feasible_by_latency(study.get_trials(deepcopy=False))
+        best = trials.feasible_by_time(study.get_trials(deepcopy=False))
         plan = trials.trial_plan(best[0]) if best else None
         if plan is not None:
             out[trials.case_of(study).key.as_tuple()] = (
