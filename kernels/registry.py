@@ -349,7 +349,7 @@ def _run_block(
     gen = _generator()
     x = torch.randn(2, 13, 32, generator=gen).to(device)
     lengths = mask = None
-    if padding in ("padded", "padded-staged"):
+    if padding == "padded":
         lengths = torch.tensor([13, 9], dtype=torch.int32, device=device)
         mask = torch.arange(13, device=device)[None] < lengths[:, None]
     elif padding == "masked":

@@ -115,7 +115,7 @@ def test_a_case_whose_every_finalist_syncs_says_so(monkeypatch) -> None:
     inc = Incumbent(syncing, "s", 3)
     winner, seen = _select(monkeypatch, {}, device=device, incumbent=inc, anchors=())
     assert seen == []
-    assert not winner.admitted and "dropped before it ran" in winner.reason
+    assert not winner.admitted and "every finalist reads the mask on the host" in winner.reason
 
 
 def test_finalists_are_the_fastest_by_absolute_time_against_one_study_reference() -> None:

@@ -216,6 +216,7 @@ class DispatchedTransformer(ReferenceTransformer):
         a gate verdict are resolved again (verdicts belong to the weights they judged)."""
         for cand in self._candidates.values():
             cand.refresh()
+        self._guards.clear()  # decisions made with the old weights
         self._forget_gated_routes()
 
     def _forget_gated_routes(self) -> None:

@@ -157,11 +157,12 @@ def warm_start_plans(
     near: tuple[Any, ...] | None = None,
 ) -> list[tuple[Plan, str]]:
     """Plans to seed a new study with: ``@plan.json`` (one plan), a table file's admitted
-    plans, or the fastest feasible Pareto plans of other studies (a profile name: all its
-    studies; or one study name), in the order of ``sources``. The target case's own study
-    is skipped. A table's plans come nearest first when ``near`` (the target's case key) is
-    given: the entry of that very shape, then the same dims by batch and sequence length,
-    then the other dims, so a short study measures the likeliest winners first."""
+    plans, or the fastest feasible plans (by measured time) of other studies (a profile
+    name: all its studies; or one study name), in the order of ``sources``. The target
+    case's own study is skipped. A table's plans come nearest first when ``near`` (the
+    target's case key) is given: the entry of that very shape, then the same dims by batch
+    and sequence length, then the other dims, so a short study measures the likeliest
+    winners first."""
     from pathlib import Path
 
     from autotune.runtime.buckets import dims_of, shape_distance

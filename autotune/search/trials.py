@@ -156,11 +156,16 @@ def study_names(storage: Any) -> list[str]:
 # a graph-captured plan's time moves a few percent: ratios against per-trial references
 # ranked 0.271 ms above 0.204 ms on case 11, session 11).
 REFERENCE_MS = "reference_ms"
+# On each timed trial: the reference time its latency objective divided by (the study's,
+# or its own where the study had none yet), so every value can be checked or re-derived.
+LATENCY_REFERENCE_MS = "latency_reference_ms"
 
 
 def study_reference_ms(study: optuna.Study, outcome: Outcome) -> float | None:
     """The study's fixed reference time: stored by the first timed trial (this one, when
-    none is stored yet). Two workers racing on the first trial may each use their own."""
+    none is stored yet). ``run_workers`` runs a study's first trial alone, so that workers
+    do not race to set it; independent processes started together on one storage may each
+    use their own for their first trial (``LATENCY_REFERENCE_MS`` records which)."""
     stored = study.user_attrs.get(REFERENCE_MS)
     if stored is not None:
         return float(stored)
@@ -196,6 +201,7 @@ def record_outcome(
     peak = outcome.peak_memory_bytes or predicted
     if outcome.passed and outcome.timing is not None:
         ref = reference_ms if reference_ms else outcome.timing.ref_median_ms
+        trial.set_user_attr(LATENCY_REFERENCE_MS, ref)
         return [outcome.timing.cand_median_ms / ref, peak / 2**20]
     return [PENALTY_LATENCY, peak / 2**20]
 

@@ -25,6 +25,7 @@ from autotune.search.interrupt import Interrupted, InterruptGuard
 from autotune.search.runner import CTX
 
 KILL_WORKER_ENV = "AUTOTUNE_KILL_WORKER"  # tests only: "W@N" kills worker W in its N-th trial
+SOLO_ROUNDS = 3  # single-ticket rounds at most, until the study has its reference
 INTERRUPTED_EXIT = 130  # a worker ended by Ctrl-C (its trial failed and enqueued again)
 
 
@@ -130,14 +131,32 @@ def run_workers(
 
     study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
     before = trials.completed_trials(study)
+    # A new study's reference time is fixed by its first timed trial (trials.REFERENCE_MS):
+    # one worker runs alone until it is (at most SOLO_ROUNDS trials), so that N workers
+    # starting together do not each divide by their own.
+    solo_left = SOLO_ROUNDS if workers > 1 else 0
     with InterruptGuard() as guard:
         guard.on_signal = forward
-        for _ in range(rounds):
-            if guard.requested or _run_round(job, workers, gpus, storage, live, guard, progress):
+        done_rounds = 0
+        while done_rounds < rounds:
+            solo = solo_left > 0 and trials.REFERENCE_MS not in _study(job, storage).user_attrs
+            if solo:
+                solo_left -= 1
+            else:
+                solo_left = 0
+                done_rounds += 1
+            n, cap = (1, 1) if solo else (workers, None)
+            if guard.requested or _run_round(job, n, gpus, storage, live, guard, progress, cap):
                 break
     if guard.requested:
         study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
         raise Interrupted(trials.completed_trials(study) - before)
+
+
+def _study(job: WorkerJob, storage: Any) -> Any:
+    import optuna
+
+    return optuna.load_study(study_name=_job_study_name(job), storage=storage)
 
 
 def _run_round(
@@ -148,8 +167,10 @@ def _run_round(
     procs: dict[int, Any],
     guard: InterruptGuard,
     progress: Callable[[int], None] | None,
+    cap: int | None = None,
 ) -> bool:
-    """One round of workers; True when the study is done (or nothing is left to try)."""
+    """One round of workers, at most ``cap`` tickets; True when the study is done (or
+    nothing is left to try)."""
     import optuna
 
     study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
@@ -157,7 +178,7 @@ def _run_round(
     if remaining <= 0:
         return True
     tickets = CTX.Queue()
-    for _ in range(remaining):
+    for _ in range(remaining if cap is None else min(cap, remaining)):
         tickets.put(1)
     in_flight = CTX.Array("i", [0] * workers)
     for i in range(workers):

@@ -1,7 +1,8 @@
-"""Winner selection: from a study's feasible Pareto set, re-measure the best few in one
-interleaved run with more repeats and more correctness seeds; admit a winner only when
-its gain over the reference exceeds the measured noise, else the case keeps the
-reference. A memory cap picks along the front."""
+"""Winner selection: from a study's feasible trials, re-measure the fastest few (by their
+trials' absolute times, under the memory cap: the cap picks along the latency-memory
+front) in one interleaved run with more repeats and more correctness seeds; admit a winner
+only when its gain over the reference exceeds the measured noise, else the case keeps the
+reference."""
 
 from __future__ import annotations
 
@@ -134,7 +135,8 @@ def select_winner(
     ``anchors`` (names of ``plan.ANCHORS``: what a user writes in one line) are measured
     in the same run; one that is faster than the pick ships instead, so the table is never
     below the best anchor measured beside it. On CUDA a plan that reads the mask on the
-    host every call (a synchronisation) is not shipped."""
+    host every call (a synchronisation) is not shipped, except where the oracle judges
+    (a forward of seconds, never graphed)."""
     case = bench.case
     space_hash = trials.space_hash_of(study)
     cap = max_memory if max_memory is not None else selection.capacity_bytes
@@ -169,8 +171,10 @@ def select_winner(
     # a launch-bound case, so such plans do not ship there. Where the dense reference cannot
     # run (the oracle judges: case 14, a forward of seconds, streamed, never graphed) it is
     # noise, and the rule would leave the case to the reference.
+    syncing = []
     if bench.device.type == "cuda" and bench.reference_kind != "oracle":
-        for number, plan, _ in [e for e in entries if e[1].reads_mask_on_host]:
+        syncing = [e for e in entries if e[1].reads_mask_on_host]
+        for number, plan, _ in syncing:
             note(number, plan, dropped="reads the mask on the host every call (a sync)")
         entries = [e for e in entries if not e[1].reads_mask_on_host]
     for name in anchors:
@@ -219,8 +223,8 @@ def select_winner(
             space_hash,
             "no finalist passed re-verification"
             if entries
-            else "every finalist was dropped before it ran"
-            if notes
+            else "every finalist reads the mask on the host each call (a sync): not shipped"
+            if syncing
             else "no feasible trial",
             notes,
         )

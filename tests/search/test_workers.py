@@ -12,7 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune.search.trials import counts
+from autotune.search.trials import LATENCY_REFERENCE_MS, REFERENCE_MS, counts
 from tests.conftest import cli
 
 SPACE = {
@@ -116,6 +116,16 @@ def test_three_workers_finish_exactly_n_trials_and_a_killed_workers_trial_is_ret
         for fail in failed
     )
     assert len({t.number for t in trials}) == len(trials)
+    # The first trial ran alone and fixed the study's reference: every timed trial's
+    # latency divides by that one time, none by its own process's.
+    (summary,) = optuna.get_all_study_summaries(url)
+    reference = optuna.load_study(study_name=summary.study_name, storage=url).user_attrs[
+        REFERENCE_MS
+    ]
+    used = [
+        t.user_attrs[LATENCY_REFERENCE_MS] for t in measured if LATENCY_REFERENCE_MS in t.user_attrs
+    ]
+    assert len(used) == n and set(used) == {reference}
     _clean_postgres(url)
 
 
