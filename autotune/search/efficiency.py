@@ -64,6 +64,12 @@ class Measured:
     violation: float  # correctness constraint (<= 0 feasible)
     predicted_bytes: int
     seconds: float  # what evaluating it cost (build, first call, gate, timing)
+    # Absolute medians (ms) of the plan and of the reference timed beside it in its own
+    # process (None in caches made before session 11): with them a cache ranks plans by
+    # their own times over one reference (``rebased``), as studies now do, not by ratios
+    # to references that swing up to 2x between processes.
+    cand_ms: float | None = None
+    ref_ms: float | None = None
 
     def feasible(self, capacity: int | None) -> bool:
         fits = capacity is None or self.predicted_bytes <= capacity
@@ -78,6 +84,7 @@ class Measured:
             else PENALTY_LATENCY
         )
         peak = outcome.peak_memory_bytes or outcome.predicted_memory_bytes or 0
+        timing = outcome.timing if timed else None
         return cls(
             plan.hash,
             plan.to_dict(full=False),
@@ -88,7 +95,26 @@ class Measured:
             float(outcome.violation) if math.isfinite(outcome.violation) else 1e9,
             int(outcome.predicted_memory_bytes or 0),
             round(seconds, 4),
+            timing.cand_median_ms if timing is not None else None,
+            timing.ref_median_ms if timing is not None else None,
         )
+
+
+def rebased(plans: dict[str, dict[str, Any]]) -> dict[str, Measured]:
+    """A cache's measurements; where every timed plan has its absolute time, each latency
+    is that time over one reference (the median of the plans' references), so plans rank
+    by their own times, as a study's objective does. Older caches keep their ratios."""
+    measured = {h: Measured(**m) for h, m in plans.items()}
+    timed = [m for m in measured.values() if m.passed]
+    if not timed or any(m.cand_ms is None or not m.ref_ms for m in timed):
+        return measured
+    reference = statistics.median(m.ref_ms for m in timed if m.ref_ms)
+    return {
+        h: dataclasses.replace(m, latency=m.cand_ms / reference)
+        if m.passed and m.cand_ms is not None
+        else m
+        for h, m in measured.items()
+    }
 
 
 def load_cache(path: str | Path) -> dict[str, Any]:
@@ -128,7 +154,7 @@ def measure_space(
             )
     data["header"] = header
     plans = list(space.enumerate())
-    measured = {h: Measured(**m) for h, m in data["plans"].items()}
+    measured = {h: Measured(**m) for h, m in data["plans"].items()}  # as stored, to resume
     todo = [p for p in plans if p.hash not in measured]
     log(f"space {space.name}: {len(plans)} plans, {len(plans) - len(todo)} measured already")
     for i, plan in enumerate(todo):
@@ -447,7 +473,7 @@ def warm_plans(
 ) -> list[Plan]:
     """The ``k`` fastest feasible plans of another measurement cache that this space holds."""
     others = sorted(
-        (Measured(**m) for m in cache["plans"].values()),
+        rebased(cache["plans"]).values(),
         key=lambda m: (m.latency, m.plan_hash),
     )
     out = []
@@ -548,7 +574,7 @@ def run_efficiency(
     if options.replay:  # no device needed: the measurements are the device's
         data = load_cache(cache)
         header = data.get("header", {})
-        measured = {h: Measured(**m) for h, m in data["plans"].items()}
+        measured = rebased(data["plans"])
         missing = [p.describe() for p in space.enumerate() if p.hash not in measured]
         if header.get("space_hash") != space.content_hash or missing:
             raise ValueError(
@@ -584,6 +610,7 @@ def run_efficiency(
             return False, None
         if options.measure_only:
             return True, None
+        measured = rebased({h: dataclasses.asdict(m) for h, m in measured.items()})
     best = exhaustive_best(measured, capacity)
     exhaustive_s = sum(m.seconds for m in measured.values())
     emit(
