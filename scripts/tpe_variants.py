@@ -45,7 +45,7 @@ def main() -> None:
     space = load_space_file(args.space)
     for case in args.cases.split(","):
         data = ef.load_cache(f"docs/efficiency/h200_case{case}.json")
-        measured = {h: ef.Measured(**m) for h, m in data["plans"].items()}
+        measured = ef.rebased(data["plans"])
         target = ef.exhaustive_best(measured, None).latency * (1 + ef.WITHIN)
         only = [v for v in args.only.split(",") if v]
         for name, kw in VARIANTS.items():

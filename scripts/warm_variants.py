@@ -193,10 +193,7 @@ def main() -> None:
     first, end = (int(x) for x in args.seeds.split("-"))
     space = load_space_file(args.space)
     caches = {
-        c: {
-            h: ef.Measured(**m)
-            for h, m in ef.load_cache(f"docs/efficiency/h200_case{c}.json")["plans"].items()
-        }
+        c: ef.rebased(ef.load_cache(f"docs/efficiency/h200_case{c}.json")["plans"])
         for c in (2, 13, 8)
     }
     only = [v for v in args.only.split(",") if v]

@@ -119,7 +119,6 @@ def run_workers(
     trials; a ticket held by a worker that died is handed out again. ``progress`` sees the
     study's completed trials about once a second. Ctrl-C: the workers fail and re-enqueue
     their trials in flight, and ``Interrupted`` is raised here once they have exited."""
-    import optuna
 
     storage = trials.open_storage(job.storage_url, job.heartbeat_interval, job.grace_period)
     live: dict[int, Any] = {}
@@ -129,7 +128,7 @@ def run_workers(
             with contextlib.suppress(OSError, ValueError):
                 os.kill(proc.pid, signal.SIGINT)
 
-    study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+    study = _study(job, storage)
     before = trials.completed_trials(study)
     # A new study's reference time is fixed by its first timed trial (trials.REFERENCE_MS):
     # one worker runs alone until it is (at most SOLO_ROUNDS trials), so that N workers
@@ -149,7 +148,7 @@ def run_workers(
             if guard.requested or _run_round(job, n, gpus, storage, live, guard, progress, cap):
                 break
     if guard.requested:
-        study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+        study = _study(job, storage)
         raise Interrupted(trials.completed_trials(study) - before)
 
 
@@ -173,7 +172,7 @@ def _run_round(
     nothing is left to try)."""
     import optuna
 
-    study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+    study = _study(job, storage)
     remaining = job.n_trials - trials.completed_trials(study)
     if remaining <= 0:
         return True
@@ -219,7 +218,7 @@ def _run_round(
             # The dead worker's trial is RUNNING until its heartbeat is stale: fail it
             # (the retry callback enqueues a copy), then hand its ticket out again so
             # a worker runs the retried trial (a waiting trial is taken first).
-            study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+            study = _study(job, storage)
             optuna.storages.fail_stale_trials(study)
             for _ in range(owed):
                 tickets.put(1)
@@ -230,7 +229,7 @@ def _run_round(
             time.sleep(0.2)
     if guard.requested:
         return True
-    study = optuna.load_study(study_name=_job_study_name(job), storage=storage)
+    study = _study(job, storage)
     if progress is not None:
         progress(trials.completed_trials(study))
     if trials.completed_trials(study) == done_before and all(c != 0 for c in exit_codes):

@@ -96,14 +96,7 @@ def test_a_seed_that_never_gets_there_counts_as_the_whole_budget() -> None:
 def test_warm_start_enqueues_another_case_best_plans_first(tmp_path) -> None:
     from autotune.search.efficiency import warm_plans
 
-    space = parse_space(SPACE, "toy")
-    measured, _ = measure_space(
-        space,
-        _fake_evaluate,
-        tmp_path / "c.json",
-        {"space_hash": space.content_hash},
-        log=lambda _: None,
-    )
+    space, measured = _toy_measured(tmp_path)
     other = json.loads((tmp_path / "c.json").read_text())
     plans = warm_plans(other, space, None, 2)
     assert len(plans) == 2 and measured[plans[0].hash].latency == 0.25
