@@ -108,6 +108,10 @@ SPACE = {
         {"name": "attn_stages", "values": [1, 2, 3], "when": {"attention": ["triton"]}},
         {"name": "row_block", "values": [16, 32, 64, 128], "when": {"fused_layer": _LAYERS}},
         {"name": "row_warps", "values": [2, 4, 8], "when": {"fused_layer": _LAYERS}},
+        # Post rows keeps x + attention in its output rows during the FFN instead of in
+        # registers (bit-identical): case 6's post rows 5.52 -> 4.93 ms, spills 112 -> 22
+        # a thread; case 13 0.940 -> 0.902 ms; case 2 25.5 -> 26.8 us (docs/logs/h200_s12_first.log)
+        {"name": "row_stage", "values": [False, True], "when": {"fused_layer": _LAYERS}},
         # The flash attention of `rows` skips the mask inside each sequence's all-valid
         # key prefix and every block past its last valid key (one launch per forward).
         {"name": "mask_bounds", "values": [False, True], "when": {"fused_layer": ["rows"]}},

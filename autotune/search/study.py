@@ -127,12 +127,17 @@ def enqueue_defaults(
     warm: list[tuple[Plan, str]] | None = None,
 ) -> int:
     """Enqueue, once: the reference, the space's defaults, warm-start plans (with their
-    source), and for ``grid`` every plan of the space. Plans outside the space are skipped."""
-    if study.trials:
-        return 0
-    plans = [(REFERENCE_PLAN, ""), *(warm or []), *((p, "") for p in space.enqueue)]
-    if sampler == "grid":
-        plans += [(p, "") for p in space.enumerate()]
+    source), and for ``grid`` every plan of the space. Plans outside the space are skipped.
+
+    A study that has trials already (a resumed run) takes only the warm-start plans it
+    has neither measured nor queued: a ``--warm-start`` given on a rerun is measured
+    first, not dropped."""
+    resumed = bool(study.get_trials(deepcopy=False))
+    plans = list(warm or [])
+    if not resumed:
+        plans = [(REFERENCE_PLAN, ""), *plans, *((p, "") for p in space.enqueue)]
+        if sampler == "grid":
+            plans += [(p, "") for p in space.enumerate()]
     seen: set[Plan] = set()
     n = 0
     for plan, source in plans:
@@ -143,8 +148,11 @@ def enqueue_defaults(
             params = space.params_for(plan)
         except ValueError:
             continue  # the reference may lie outside a user's space
-        study.enqueue_trial(params, user_attrs=trials.enqueue_attrs(source))
-        n += 1
+        before = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        # Optuna's own check: a plan with the same parameters, measured or queued, is
+        # not queued again
+        study.enqueue_trial(params, user_attrs=trials.enqueue_attrs(source), skip_if_exists=resumed)
+        n += len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) - before
     return n
 
 

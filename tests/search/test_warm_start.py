@@ -56,3 +56,30 @@ def test_a_plan_file_warm_start_comes_first_in_the_order_given(tmp_path) -> None
     assert plans[1][0] == _entry_plan(key)
     with pytest.raises(ValueError, match="does not exist"):
         warm_start_plans([f"@{tmp_path / 'nope.json'}"], None, "h200")
+
+
+def test_a_resumed_study_measures_a_new_warm_start_plan_once() -> None:
+    import optuna
+
+    from autotune.search.space import builtin_spaces, select_space
+    from autotune.search.study import enqueue_defaults
+
+    space = select_space("cpu", get_case("smoke-1"), builtin_spaces())
+    study = optuna.create_study(directions=["minimize", "minimize"])
+
+    def objective(trial: optuna.Trial) -> tuple[float, float]:
+        trial.set_user_attr("plan_hash", space.sample(trial).hash)
+        return 1.0, 1.0
+
+    assert enqueue_defaults(study, space, "tpe") >= 1  # the reference and the defaults
+    study.optimize(objective, n_trials=len(study.trials))
+    measured = {t.user_attrs["plan_hash"] for t in study.trials}
+    fresh = next(p for p in space.enumerate() if p.hash not in measured)
+    old = next(p for p in space.enumerate() if p.hash in measured)
+    # A rerun's warm start is queued (a measured plan is not); the defaults are not again.
+    assert enqueue_defaults(study, space, "tpe", [(old, "plan a"), (fresh, "plan b")]) == 1
+    assert enqueue_defaults(study, space, "tpe", [(fresh, "plan b")]) == 0  # queued already
+    study.optimize(objective, n_trials=1)
+    last = study.trials[-1]
+    assert last.user_attrs["plan_hash"] == fresh.hash and last.user_attrs["warm_start"] == "plan b"
+    assert enqueue_defaults(study, space, "tpe", [(fresh, "plan b")]) == 0  # measured

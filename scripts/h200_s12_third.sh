@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Session 12, third call, at most 9.5 minutes, log $OUT/s12_third.log.
+# - Issue 18: the case-14 study's rerun in the second call dropped its --warm-start plans
+#   (a resumed study enqueued nothing; fixed): the 4- and 2-sequence guard plans measured
+#   in the study now, then case 14 exported with the second call's 5-seed record
+#   (docs/logs/h200_s12_case14.json: 1.401 / 1.421 / 1.523 s at 4 / 2 / 1 sequences a chunk).
+# - Issue 17: row_stage is a knob of the GPU space now (the first call: case 6's post rows
+#   5.52 -> 4.93 ms, case 13 0.940 -> 0.902 ms of GPU time). New studies of cases 6 and 13
+#   at the new space hash, the staged plan and the shipped one first, then both exported
+#   beside the reduce-overhead anchor. Prediction: case 6 ~11.2 ms, case 13 ~0.91 ms.
+# Returned: s12_third.log, studies.db, h200.py.
+set -o pipefail
+source scripts/device_prelude.sh
+export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
+LOG="$OUT/s12_third.log"
+cp studies.db "$OUT/studies.db"
+cp tables/h200.py "$OUT/h200.py"
+DB="sqlite:///$OUT/studies.db"
+P=docs/plans
+study() {  # case n_trials seconds warm
+  step "study case $1 (to $2 trials, warm $4)"
+  timeout -s INT "$3" python3 -m autotune study --gpu h200 --cases "$1" --n-trials "$2" \
+    --warm-start "$4" --storage "$DB" --quiet 2>&1 | grep -v -i warn | grep -v "guard paths" \
+    | tee -a "$LOG" | tail -3
+}
+study 14 13 100 "@$P/c14_poly_row_g225_b4.json,@$P/c14_poly_row_g225_b2.json"
+step "export case 14"
+timeout 100 python3 -m autotune export --gpu h200 --storage "$DB" --out "$OUT/h200.py" \
+  --cases 14 --finalists 3 --anchors none --verified docs/logs/h200_s12_case14.json 2>&1 \
+  | grep -v -i warn | grep -v "guard paths" | grep -v "retry =" | tee -a "$LOG" | tail -4
+study 6 3 110 "@$P/rows_64_64_w4_s2_r64_w4_stage.json,@$P/rows_64_64_w4_s2_r64_w4.json"
+study 13 3 70 "@$P/c13_rows_bounds_stage.json,@$P/c13_rows_bounds.json"
+left=$(( 555 - SECONDS ))
+step "export cases 6 and 13 ($left s left)"
+[ "$left" -gt 60 ] && timeout "$left" python3 -m autotune export --gpu h200 --storage "$DB" \
+  --out "$OUT/h200.py" --cases 13,6 --finalists 2 --anchors sdpa+reduce-overhead 2>&1 \
+  | grep -v -i warn | grep -v "retry =" | tee -a "$LOG" | tail -8
+step "done"
