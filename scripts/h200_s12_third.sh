@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Session 12, third call, at most 9.5 minutes, log $OUT/s12_third.log.
-# - Issue 18: the case-14 study's rerun in the second call dropped its --warm-start plans
-#   (a resumed study enqueued nothing; fixed): the 4- and 2-sequence guard plans measured
-#   in the study now, then case 14 exported with the second call's 5-seed record
-#   (docs/logs/h200_s12_case14.json: 1.401 / 1.421 / 1.523 s at 4 / 2 / 1 sequences a chunk).
+# - Issue 18: case 14 exported with the second call's 5-seed record
+#   (docs/logs/h200_s12_case14.json: 1.401 / 1.421 / 1.523 s at 4 / 2 / 1 sequences a
+#   chunk); the export now takes batch_chunk, which the study's one-sequence subset cannot
+#   rank, from that record (prediction: the 4-sequence plan ships, 1.40 s).
 # - Issue 17: row_stage is a knob of the GPU space now (the first call: case 6's post rows
 #   5.52 -> 4.93 ms, case 13 0.940 -> 0.902 ms of GPU time). New studies of cases 6 and 13
 #   at the new space hash, the staged plan and the shipped one first, then both exported
@@ -23,7 +23,6 @@ study() {  # case n_trials seconds warm
     --warm-start "$4" --storage "$DB" --quiet 2>&1 | grep -v -i warn | grep -v "guard paths" \
     | tee -a "$LOG" | tail -3
 }
-study 14 13 100 "@$P/c14_poly_row_g225_b4.json,@$P/c14_poly_row_g225_b2.json"
 step "export case 14"
 timeout 100 python3 -m autotune export --gpu h200 --storage "$DB" --out "$OUT/h200.py" \
   --cases 14 --finalists 3 --anchors none --verified docs/logs/h200_s12_case14.json 2>&1 \

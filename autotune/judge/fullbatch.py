@@ -369,6 +369,74 @@ FULL_BATCH_KEYS = (
 )
 
 
+# Knobs that a batch subset cannot rank: at the oracle's one sequence every batch_chunk runs
+# the same forward, so the search and the export's re-measurement see no difference.
+WHOLE_BATCH_KNOBS = ("batch_chunk",)
+
+
+def _evidence(verified: str, case: Case, cap: int | None) -> list[dict[str, Any]]:
+    """The routes of an ``autotune long --out`` record that count as evidence for ``case``
+    under memory cap ``cap``: the official seeds, unscaled inputs, no error; each with the
+    record's source and oracle settings."""
+    data = json.loads(Path(verified).read_text())
+    source = f"{verified} ({data.get('command', '')}, commit {data.get('commit', '?')})"
+    return [
+        dict(r) | {"source": source, "oracle": data.get("oracle")}
+        for r in data.get("routes", [])
+        if str(r.get("case")) == case.id
+        and r.get("capacity_bytes") == cap
+        and list(r.get("seeds", [])) == list(ACCURACY_SEEDS)
+        # scaled inputs or scores are stress tests, not evidence
+        and r.get("input_scale", 1.0) == 1.0
+        and r.get("score_scale", 1.0) == 1.0
+        and not r.get("error")
+    ]
+
+
+def whole_batch_choice(
+    winner: Any,
+    case: Case,
+    selection: Any,
+    verified: str | None,
+    log: Callable[[str], None] = print,
+) -> Any:
+    """The knobs a batch subset cannot rank (``WHOLE_BATCH_KNOBS``), chosen from the
+    whole-batch record: among its passing routes that equal the winner in every other knob,
+    the fastest by median wall time, when the winner itself is in the record (so the two
+    were timed side by side in one process) and the gain is beyond both routes' spread
+    over the seeds. Otherwise the winner as it is."""
+    if not verified or not winner.admitted:
+        return winner
+    cap = selection.capacity_bytes if selection.emulated else None
+    routes = [r for r in _evidence(verified, case, cap) if r.get("passed")]
+
+    def rest(plan: Plan) -> dict[str, Any]:
+        return {k: v for k, v in plan.to_dict().items() if k not in WHOLE_BATCH_KNOBS}
+
+    mine = next((r for r in routes if r.get("plan_hash") == winner.plan.hash), None)
+    if mine is None:
+        return winner
+    same = [r for r in routes if rest(Plan.from_dict(r["plan"])) == rest(winner.plan)]
+    best = min(same, key=lambda r: r["median_wall_s"])
+
+    def spread(r: dict[str, Any]) -> float:
+        walls = r.get("wall_s") or [r["median_wall_s"]]
+        return (max(walls) - min(walls)) / r["median_wall_s"]
+
+    gain = 1.0 - best["median_wall_s"] / mine["median_wall_s"]
+    if best is mine or gain <= max(spread(best), spread(mine)):
+        return winner
+    plan = Plan.from_dict(best["plan"])
+    knobs = ", ".join(f"{k}={getattr(plan, k)}" for k in WHOLE_BATCH_KNOBS)
+    note = (
+        f"{knobs} from the whole-batch record: {best['median_wall_s']:.3f} s against "
+        f"{mine['median_wall_s']:.3f} s a forward ({100 * gain:.1f}% faster; the subset "
+        f"cannot tell them apart)"
+    )
+    log(f"case {case.id}: {note}")
+    return dataclasses.replace(winner, plan=plan, trial=None, reason=f"{winner.reason}; {note}")
+
+
 def verified_on_full_batch(
     winner: Any,
     case: Case,
@@ -383,24 +451,10 @@ def verified_on_full_batch(
     cap = selection.capacity_bytes if selection.emulated else None
     found = None
     if verified:
-        data = json.loads(Path(verified).read_text())
-        for r in data.get("routes", []):
-            if (
-                str(r.get("case")) == case.id
-                and r.get("plan_hash") == winner.plan.hash
-                and r.get("capacity_bytes") == cap
-                and list(r.get("seeds", [])) == list(ACCURACY_SEEDS)
-                # scaled inputs or scores are stress tests, not evidence
-                and r.get("input_scale", 1.0) == 1.0
-                and r.get("score_scale", 1.0) == 1.0
-                and not r.get("error")
-            ):
-                found = dict(r) | {
-                    "source": f"{verified} ({data.get('command', '')}, commit "
-                    f"{data.get('commit', '?')})",
-                    "oracle": data.get("oracle"),
-                }
-                break
+        found = next(
+            (r for r in _evidence(verified, case, cap) if r.get("plan_hash") == winner.plan.hash),
+            None,
+        )
     if found is None:
         log(f"case {case.id}: verifying {winner.plan.hash} on the whole batch, 5 seeds")
         record = verify_full_batch(

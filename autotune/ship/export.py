@@ -229,8 +229,9 @@ def select_case(job: SelectJob) -> Winner:
     )
     bench.release()
     if bench.reference_kind == "oracle" and winner.admitted:
-        from autotune.judge.fullbatch import verified_on_full_batch
+        from autotune.judge.fullbatch import verified_on_full_batch, whole_batch_choice
 
+        winner = whole_batch_choice(winner, case, selection, job.verified)
         winner = verified_on_full_batch(winner, case, selection, job.verified)
     return winner
 

@@ -3,12 +3,13 @@ comparison (``autotune compare``), host I/O and polynomial plans, budget weights
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
-from autotune.core.cases import parse_custom
+from autotune.core.cases import get_case, parse_custom
 from autotune.core.reference import check_outputs
 from autotune.judge.fullbatch import Route, compare_sliced, merge_reports, verify_full_batch
 from autotune.plan import REFERENCE_PLAN, Plan
@@ -387,3 +388,61 @@ def test_query_prefix_chunks_keep_the_reference_arithmetic(cpu_device, causal, m
     assert predict_peak_bytes(Plan(query_chunk=1024), big) < predict_peak_bytes(Plan(), big) / 50
     reasons = not_supported_reasons(Plan(attention="sdpa_math", query_chunk=8), config, cpu_device)
     assert any("query_chunk=8 applies to attention=reference" in r for r in reasons)
+
+
+@dataclasses.dataclass
+class _Winner:
+    plan: Plan
+    admitted: bool = True
+    reason: str = "fastest on the subset"
+    trial: int | None = 3
+
+
+def _route(plan: Plan, walls: list[float], passed: bool = True) -> dict:
+    from autotune.core.reference import ACCURACY_SEEDS
+
+    return {
+        "case": "14",
+        "plan": plan.to_dict(),
+        "plan_hash": plan.hash,
+        "capacity_bytes": None,
+        "seeds": list(ACCURACY_SEEDS),
+        "passed": passed,
+        "error": "",
+        "median_wall_s": sorted(walls)[len(walls) // 2],
+        "wall_s": walls,
+    }
+
+
+def test_the_whole_batch_record_picks_the_knobs_a_subset_cannot_rank(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from autotune.judge.fullbatch import whole_batch_choice
+
+    base = Plan(attention="polynomial", poly_guard=2.25, batch_chunk=1)
+    b2, b4 = base.replace(batch_chunk=2), base.replace(batch_chunk=4)
+    other = base.replace(poly_guard=2.0, batch_chunk=4)  # another knob differs: not chosen
+    wrong = base.replace(batch_chunk=8)  # fastest, but failed
+    routes = [
+        _route(base, [1.52, 1.523, 1.53]),
+        _route(b2, [1.42, 1.421, 1.43]),
+        _route(b4, [1.40, 1.401, 1.405]),
+        _route(other, [1.0, 1.0, 1.0]),
+        _route(wrong, [0.9, 0.9, 0.9], passed=False),
+    ]
+    rec = tmp_path / "long.json"
+    rec.write_text(json.dumps({"command": "autotune long", "commit": "abc", "routes": routes}))
+    sel = SimpleNamespace(emulated=False, capacity_bytes=None)
+    case = get_case("14")
+    chosen = whole_batch_choice(_Winner(base), case, sel, str(rec), log=lambda _: None)
+    assert chosen.plan == b4 and chosen.trial is None
+    assert "batch_chunk=4 from the whole-batch record: 1.401 s against 1.523 s" in chosen.reason
+    # Not in the record (nothing timed beside it), no record, not admitted: as it is.
+    alone = base.replace(poly_exact_prefix=1024)
+    for winner, path in ((_Winner(alone), str(rec)), (_Winner(base), None)):
+        assert whole_batch_choice(winner, case, sel, path, log=print) == winner
+    assert whole_batch_choice(_Winner(base, admitted=False), case, sel, str(rec)).plan == base
+    # A gain within the seeds' spread is noise: the winner stays.
+    routes[0]["wall_s"] = [1.2, 1.523, 1.9]
+    rec.write_text(json.dumps({"routes": routes}))
+    assert whole_batch_choice(_Winner(base), case, sel, str(rec)).plan == base
