@@ -261,6 +261,14 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "row_ffn_block",
+        0,
+        "fused_layer heads, rows and seq: FFN columns per step of the kernel that runs the "
+        "FFN (0: 64, or 32 where d_model > 128); fewer, fewer live registers a step",
+        choices=(0, 16, 32, 64, 128),
+        group="kernels",
+    ),
+    Knob(
         "row_stage",
         False,
         "the post-attention rows kernel (fused_layer=heads or rows): the residual x + "
@@ -305,6 +313,7 @@ class Plan:
     row_block: int = 32
     row_warps: int = 4
     mask_bounds: bool = False
+    row_ffn_block: int = 0
     row_stage: bool = False
 
     def __post_init__(self) -> None:

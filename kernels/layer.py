@@ -162,11 +162,22 @@ class Tiling:
     # before the FFN and read back after it, instead of held in registers across the FFN's
     # GEMMs (a [row_block, d_model] fp32 tile fewer live: the same result, bit for bit).
     stage_residual: bool = False
+    # post rows (heads, rows) and seq: the FFN columns one step handles (BLOCK_F; 0: the
+    # default of ``ffn_chunk``). Fewer columns, fewer live registers a step (the FFN's
+    # hidden tile and both weight tiles), more steps; sums in another order.
+    ffn_block: int = 0
+
+    def __post_init__(self) -> None:
+        if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
+            raise ValueError(
+                f"tiling.ffn_block must be 0 or a power of two >= 16, got {self.ffn_block}"
+            )
 
 
-def ffn_chunk(d_model: int, ffn_dim: int) -> int:
-    """BLOCK_F: the FFN columns one step of the post-rows kernel handles."""
-    return min(padded_dim(ffn_dim), 64 if padded_dim(d_model) <= 128 else 32)
+def ffn_chunk(d_model: int, ffn_dim: int, chosen: int = 0) -> int:
+    """BLOCK_F: the FFN columns one step of the post-rows (or seq) kernel handles:
+    ``chosen`` (a Tiling's ffn_block) if set, else 64, or 32 where d_model > 128."""
+    return min(padded_dim(ffn_dim), chosen or (64 if padded_dim(d_model) <= 128 else 32))
 
 
 def k_chunk(d_model: int) -> int:
@@ -691,7 +702,7 @@ def estimate_shared_memory_bytes(
     g = 2 if gemm_precision in HALF_PRECISIONS else 4
     a = 2 if attn_precision in HALF_PRECISIONS else 4
     bd, br = padded_dim(d_model), tiling.row_block
-    bk, bf = k_chunk(d_model), ffn_chunk(d_model, ffn_dim)
+    bk, bf = k_chunk(d_model), ffn_chunk(d_model, ffn_dim, tiling.ffn_block)
     post = g * max(br * bk + bk * bd, br * bd + bd * bf + br * bf + bf * bd)
     if variant == "rows":
         qkv = g * (br * bd + bd * min(bd, 64))
@@ -919,7 +930,7 @@ def _launch_layer(
             BLOCK_S=padded_dim(seq_len),
             BLOCK_D=block_d,
             BLOCK_HD=padded_dim(head_dim),
-            BLOCK_F=ffn_chunk(d_model, w.ffn_dim),
+            BLOCK_F=ffn_chunk(d_model, w.ffn_dim, tiling.ffn_block),
             PREC_G=gemm_precision,
             PREC_A=attn_precision,
             EMULATE_BF16_DOT=emulate,
@@ -1022,7 +1033,7 @@ def _launch_layer(
         BLOCK_R=tiling.row_block,
         BLOCK_D=block_d,
         BLOCK_K=k_chunk(d_model),
-        BLOCK_F=ffn_chunk(d_model, w.ffn_dim),
+        BLOCK_F=ffn_chunk(d_model, w.ffn_dim, tiling.ffn_block),
         PRECISION=gemm_precision,
         EMULATE_BF16_DOT=emulate,
         STAGE_RESIDUAL=tiling.stage_residual,

@@ -393,9 +393,13 @@ def _run_layer(
     reference: ReferenceFactory,
 ) -> CheckResult:  # fmt: skip
     """The fused layer stack (both launch variants) against the project's reference model;
-    ``padding``: "" no mask, "padded" right padding, "masked" holes anywhere (key 0 kept)."""
+    ``padding``: "" no mask, "padded" right padding, "masked" holes anywhere (key 0 kept);
+    "-staged": the residual staged in memory; "-f16": 16 FFN columns a step."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
+
+    ffn_block = 16 if padding.endswith("-f16") else 0
+    padding = padding.removesuffix("-f16")
 
     shape = dict(LAYER_SHAPE, causal=causal)
     b, s, d = shape["batch_size"], shape["seq_len"], shape["d_model"]
@@ -433,6 +437,7 @@ def _run_layer(
                 row_block=16,
                 mask_bounds=padding == "masked-bounds",
                 stage_residual=padding.endswith("-staged"),
+                ffn_block=ffn_block,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -548,7 +553,9 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("rows", "fp16", "masked-bounds", True),
         ("rows", "fp16", "masked-staged", True),
         ("heads", "ieee", "padded-staged", True),
+        ("rows", "fp16", "masked-staged-f16", True),
         ("seq", "ieee", "masked", True),
+        ("seq", "fp16", "padded-f16", True),
         ("seq", "fp16", "padded", True),
     )
     for variant, precision, padding, causal in layer_cases if reference else ():

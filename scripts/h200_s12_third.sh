@@ -8,6 +8,10 @@
 #   5.52 -> 4.93 ms, case 13 0.940 -> 0.902 ms of GPU time). New studies of cases 6 and 13
 #   at the new space hash, the staged plan and the shipped one first, then both exported
 #   beside the reduce-overhead anchor. Prediction: case 6 ~11.2 ms, case 13 ~0.91 ms.
+# - Before those: case 6's staged plan at 64 (default), 32 and 16 FFN columns a step
+#   (row_ffn_block, new), profiled, and the registers and spills at 32 (with row_stage post
+#   rows still spills 14-22 a thread at 255 registers). Prediction: 32 columns, no spills,
+#   post rows ~4.5 ms.
 # Returned: s12_third.log, studies.db, h200.py.
 set -o pipefail
 source scripts/device_prelude.sh
@@ -17,6 +21,14 @@ cp studies.db "$OUT/studies.db"
 cp tables/h200.py "$OUT/h200.py"
 DB="sqlite:///$OUT/studies.db"
 P=docs/plans
+step "case 6, staged, at 64 / 32 / 16 FFN columns a step"
+stage=$(cat $P/rows_64_64_w4_s2_r64_w4_stage.json)
+for f in 0 32 16; do
+  timeout 40 python3 scripts/kernel_profile.py --forwards 5 --case 6 \
+    "${stage%\}},\"row_ffn_block\":$f}" 2>&1 | grep -v -i warn | tee -a "$LOG"
+done
+timeout 40 python3 scripts/kernel_regs.py --case 6 @$P/rows_64_64_w4_s2_r64_w4_stage_f32.json \
+  2>&1 | grep -v -i warn | grep -v "  0 *0 *0$" | tee -a "$LOG"
 study() {  # case n_trials seconds warm
   step "study case $1 (to $2 trials, warm $4)"
   timeout -s INT "$3" python3 -m autotune study --gpu h200 --cases "$1" --n-trials "$2" \
@@ -27,8 +39,8 @@ step "export case 14"
 timeout 100 python3 -m autotune export --gpu h200 --storage "$DB" --out "$OUT/h200.py" \
   --cases 14 --finalists 3 --anchors none --verified docs/logs/h200_s12_case14.json 2>&1 \
   | grep -v -i warn | grep -v "guard paths" | grep -v "retry =" | tee -a "$LOG" | tail -4
-study 6 3 110 "@$P/rows_64_64_w4_s2_r64_w4_stage.json,@$P/rows_64_64_w4_s2_r64_w4.json"
-study 13 3 70 "@$P/c13_rows_bounds_stage.json,@$P/c13_rows_bounds.json"
+study 6 4 130 "@$P/rows_64_64_w4_s2_r64_w4_stage.json,@$P/rows_64_64_w4_s2_r64_w4_stage_f32.json,@$P/rows_64_64_w4_s2_r64_w4.json"
+study 13 4 80 "@$P/c13_rows_bounds_stage.json,@$P/c13_rows_bounds_stage_f32.json,@$P/c13_rows_bounds.json"
 left=$(( 555 - SECONDS ))
 step "export cases 6 and 13 ($left s left)"
 [ "$left" -gt 60 ] && timeout "$left" python3 -m autotune export --gpu h200 --storage "$DB" \

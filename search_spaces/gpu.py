@@ -112,6 +112,13 @@ SPACE = {
         # registers (bit-identical): case 6's post rows 5.52 -> 4.93 ms, spills 112 -> 22
         # a thread; case 13 0.940 -> 0.902 ms; case 2 25.5 -> 26.8 us (docs/logs/h200_s12_first.log)
         {"name": "row_stage", "values": [False, True], "when": {"fused_layer": _LAYERS}},
+        # FFN columns a step of the kernel that runs the FFN (0: 64, or 32 where d_model >
+        # 128): post rows still spills 14-22 registers a thread at case 6 with row_stage.
+        {
+            "name": "row_ffn_block",
+            "values": [0, 32, 16],
+            "when": {"fused_layer": [*_LAYERS, "seq"]},
+        },
         # The flash attention of `rows` skips the mask inside each sequence's all-valid
         # key prefix and every block past its last valid key (one launch per forward).
         {"name": "mask_bounds", "values": [False, True], "when": {"fused_layer": ["rows"]}},

@@ -57,6 +57,7 @@ def tiling(plan: Any) -> Any:
         row_warps=plan.row_warps,
         mask_bounds=plan.mask_bounds,
         stage_residual=plan.row_stage,
+        ffn_block=plan.row_ffn_block,
     )
 
 

@@ -291,3 +291,29 @@ def test_staged_residual_gives_the_same_output_bit_for_bit(variant, precision, d
         assert compare(staged.cpu(), ref(x.cpu(), mask.cpu()), PROJECT_RULE).passed
     with pytest.raises(ValueError, match="stage_residual applies to the post-rows kernel"):
         run(True, "seq")
+
+
+def test_the_ffn_block_changes_the_steps_not_the_answer(device) -> None:
+    """ffn_block: 16 FFN columns a step (8 steps over a padded 128, the last one masked)
+    against the default 64 (2 steps): both pass the rule, and agree to rounding."""
+    from autotune.core.reference import build_reference, generate_random_case
+
+    cfg = TransformerConfig(3, 37, 40, 5, 72, 2, causal=True)
+    ref = build_reference(cfg)
+    x, mask = generate_random_case(cfg, seed=5, padding_ratio=0.3)
+    layers, final = weights_from_model(ref)
+    weights = [prepare_layer_weights(w, "ieee") for w in layers]
+    x, mask = x.to(device), mask.to(device)
+    with torch.inference_mode():
+        expected = ref(x.cpu(), mask.cpu())
+    for variant in ("rows", "seq"):
+        outs = []
+        for ffn_block in (0, 16):
+            tiling = Tiling(block_m=16, block_n=16, row_block=16, ffn_block=ffn_block)
+            outs.append(layer_stack(x, weights, final, num_heads=5, causal=True, key_mask=mask,
+                                    variant=variant, tiling=tiling, gemm_precision="ieee",
+                                    attn_precision="ieee").cpu())  # fmt: skip
+            assert compare(outs[-1], expected, PROJECT_RULE).passed, (variant, ffn_block)
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="ffn_block must be 0 or a power of two >= 16"):
+        Tiling(ffn_block=24)
