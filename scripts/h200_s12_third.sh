@@ -41,7 +41,7 @@ timeout 100 python3 -m autotune export --gpu h200 --storage "$DB" --out "$OUT/h2
   | grep -v -i warn | grep -v "guard paths" | grep -v "retry =" | tee -a "$LOG" | tail -4
 study 6 4 130 "@$P/rows_64_64_w4_s2_r64_w4_stage.json,@$P/rows_64_64_w4_s2_r64_w4_stage_f32.json,@$P/rows_64_64_w4_s2_r64_w4.json"
 study 13 4 80 "@$P/c13_rows_bounds_stage.json,@$P/c13_rows_bounds_stage_f32.json,@$P/c13_rows_bounds.json"
-left=$(( 555 - SECONDS ))
+left=$(( 490 - SECONDS ))
 step "export cases 6 and 13 ($left s left)"
 [ "$left" -gt 60 ] && timeout "$left" python3 -m autotune export --gpu h200 --storage "$DB" \
   --out "$OUT/h200.py" --cases 13,6 --finalists 2 --anchors sdpa+reduce-overhead 2>&1 \
