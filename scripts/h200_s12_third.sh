@@ -13,6 +13,8 @@
 #   (row_ffn_block, new), profiled, and the registers and spills at 32 (with row_stage post
 #   rows still spills 14-22 a thread at 255 registers). Prediction: 32 columns, no spills,
 #   post rows ~4.5 ms.
+# - Case 14's 4-sequence plan profiled on its first 4 sequences (one chunk): which kernels
+#   its 1.4 s goes to (about 175 ms for these 4 sequences).
 # Returned: s12_third.log, studies.db, h200.py.
 set -o pipefail
 source scripts/device_prelude.sh
@@ -36,6 +38,9 @@ for f in 0 32; do
 done
 timeout 40 python3 scripts/kernel_regs.py --case 6 @$P/rows_64_64_w4_s2_r64_w4_stage_f32.json \
   2>&1 | grep -v -i warn | grep -v "  0 *0 *0$" | tee -a "$LOG"
+step "case 14, first 4 sequences, the 4-sequence guard plan: where the time goes"
+timeout 60 python3 scripts/kernel_profile.py --case 14 --batch 4 --warmup 1 --forwards 2 \
+  @$P/c14_poly_row_g225_b4.json 2>&1 | grep -v -i warn | tee -a "$LOG"
 study_export() {  # case seconds-for-the-study warm
   [ "$(left)" -gt $(( $2 + 90 )) ] || { step "case $1 skipped ($(left) s left)"; return; }
   step "study case $1 (to 3 trials, warm $3)"
