@@ -385,8 +385,8 @@ def kept_buckets(
 ) -> list[dict[str, Any]]:
     """The buckets of the table at ``--out`` that still hold without ``--buckets``: none if
     this export runs on another device or torch/triton (they were verified there only);
-    otherwise those of the dims whose entries kept their plans. ``provenance`` then
-    records where the kept buckets were verified."""
+    otherwise all of them, with a note where the entries of their dims changed plan.
+    ``provenance`` then records where the kept buckets were verified."""
     from autotune.runtime.buckets import dims_of
     from autotune.runtime.table import _major_minor
 
@@ -409,20 +409,25 @@ def kept_buckets(
             f"with {made.get('versions')}, not here; rebuild them with --buckets"
         )
         return []
+    # A bucket's plan was verified on its own (gate and reference at the corners and the
+    # centre), so a changed entry does not make it wrong, only perhaps not the fastest:
+    # it stays, with a note; dropping it would send every shape in its range to the
+    # reference until a device rebuilds it.
     changed = {
         dims_of(k)
         for k in set(old.entries) | set(entries)
         if _served_by(old.entries.get(k, {})) != _served_by(entries.get(k, {}))
     }
-    keep = [dict(b) for b in old.buckets if tuple(b["dims"]) not in changed]
-    if len(keep) < len(old.buckets):
+    keep = [dict(b) for b in old.buckets]
+    stale = sum(tuple(b["dims"]) in changed for b in keep)
+    if stale:
         emit(
-            f"dropped {len(old.buckets) - len(keep)} buckets whose dims have entries that "
-            "changed plan; rebuild them with --buckets"
+            f"{stale} buckets are of dims whose entries changed plan: kept (each was "
+            "verified with its own plan), but chosen before the change; rebuild them with "
+            "--buckets to let them take the new plans"
         )
-    if keep:
-        provenance["buckets"] = made
-        emit(f"kept {len(keep)} buckets of the table as they are")
+    provenance["buckets"] = made
+    emit(f"kept {len(keep)} buckets of the table as they are")
     return keep
 
 
