@@ -59,34 +59,17 @@ feature block, from L2) + workspace written and read once (2 x 121.8 MB) + out (
 Case 14 has 32 x 16 x 2 = 1024 (b, h, layer) slices: 6.7e13 FLOP, ~0.26 TB of traffic.
 
 Measured (H200, Triton 3.6, B 1, S 100,000, 16 heads of 64, fp32 packed views, fp16,
-chunk 256, block_m 64, block_n 64, feature_tile 8, 4 warps; nested chunk / sub-step
-loops, before the loops were flattened): 16.6 ms per batch row (kernel 1 11.5 ms = 42
-TFLOP/s, kernel 2 5.0 ms), i.e. ~1.06 s for case 14's 64 (batch row, layer) slices,
-against 44.9 ms (2.9 s) for cuDNN SDPA in fp16; 8 warps, chunk 512 / block_m 128 and
-feature_tile 16 were slower (20-24 ms). Kernel 1's grid at B 1 is only 592 programs
-with short inner loops: the loops are now flat (one pipelined loop, snapshot stores
-under a condition), which has NOT been timed on a GPU yet. Compiled on the H200 the
-kernels matched the reference (fp16 1.3e-3, ieee 1.3e-6 max abs error at S 700) and
-exact softmax on small scores (0.3 randn q, k: 9.2e-4 over 1M elements).
-
-Accuracy (float64, LayerNorm + default-Linear inputs as in case 14, score std 0.33):
-degree 2 is NOT a drop-in at the attention output: rows averaging few keys err by up
-to 0.025 (rows < 16), 0.013 (< 256), 0.0045 (< 4096), and since k and v are both linear
-in the same x the ``s^3 / 6`` weight error is correlated with v and leaves a ~1e-3 bias
-even at S = 32,768 (max 0.0019 over the last 64 rows, atol is 0.002). ``exact_prefix``
-removes the early rows; whether the layer passes must be judged end to end (out_proj,
-the residual and the final LayerNorm follow) against the streamed oracle.
-
-Measured (H200, Triton 3.6, B 1, S 100,000, 16 heads of 64, fp32 packed views, fp16,
 chunk 256, block_m 64, block_n 64, feature_tile 8, 4 warps; this code): 16.6 ms per
 batch row (kernel 1 11.5 ms = 42 TFLOP/s, kernel 2 5.0 ms), ~1.06 s for case 14's 64
 (batch row, layer) slices against 44.9 ms (2.9 s) for cuDNN SDPA in fp16; 8 warps,
 chunk 512 / block_m 128 and feature_tile 16 were slower (20-24 ms). Kernel 1's grid at
 B 1 is only 592 programs with 4-step inner loops; flattening them into one pipelined
 loop was tried (reverted, never timed on a GPU). The whole case-14 layer stack with this
-kernel: 1.43 s per forward (docs/case14.md). On the H200 the kernels matched the
-reference (fp16 1.3e-3, ieee 1.3e-6 max abs error at S 700) and exact softmax on small
-scores (0.3 randn q, k: 9.2e-4 over 1M elements).
+kernel: 1.43 s per forward (docs/case14.md). Session 12 (row-normalised weights, 4 sequences
+a launch, `scripts/kernel_profile.py --case 14 --batch 4`): 9.35 ms per (batch row, layer)
+in ``_output_kernel`` and 7.5 ms in ``_prefix_state_kernel``, 78% of a 1.40 s forward.
+On the H200 the kernels matched the reference (fp16 1.3e-3, ieee 1.3e-6 max abs error at
+S 700) and exact softmax on small scores (0.3 randn q, k: 9.2e-4 over 1M elements).
 
 Accuracy (float64, LayerNorm + default-Linear inputs as in case 14, score std 0.33):
 degree 2 is NOT a drop-in at the attention output: rows averaging few keys err by up
