@@ -48,6 +48,9 @@ OFFICIAL_TIMING = TimingSettings(warmup=20, rounds=3, reps=100)
 # in whole loops read 0.80x-1.30x on the H200 (case 1; in turns of 4 0.99x-1.02x:
 # docs/logs/h200_s4_timing_selfcheck.log), the same drift as the CPU's.
 STUDY_TIMING = TimingSettings(warmup=3, rounds=3, reps=30, max_round_seconds=0.25, cuda_turn=4)
+# A plan replaces another only when faster by more than the noise and by this share
+# (export's winners and incumbents, and a knob chosen from a whole-batch record).
+MIN_GAIN = 0.02
 
 
 def _time_forwards(fn: Forward, reps: int, cuda: bool) -> list[float]:

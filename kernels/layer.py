@@ -701,7 +701,8 @@ def estimate_shared_memory_bytes(
     configuration under the limit can still fail with OutOfResources at compile time."""
     g = 2 if gemm_precision in HALF_PRECISIONS else 4
     a = 2 if attn_precision in HALF_PRECISIONS else 4
-    bd, br = padded_dim(d_model), tiling.row_block
+    # The FFN's rows: a row-kernel program's row_block, or seq's query block.
+    bd, br = padded_dim(d_model), tiling.block_m if variant == "seq" else tiling.row_block
     bk, bf = k_chunk(d_model), ffn_chunk(d_model, ffn_dim, tiling.ffn_block)
     post = g * max(br * bk + bk * bd, br * bd + bd * bf + br * bf + bf * bd)
     if variant == "rows":
@@ -835,6 +836,12 @@ def not_supported_reasons(
         for name, value in tiles[: 1 if variant == "seq" else 2]:  # seq: no key blocks
             if value > padded_s:
                 reasons.append(f"{name}={value} > padded seq len {padded_s}; use a smaller {name}")
+        chunk = ffn_chunk(d_model, ffn_dim)
+        if tiling.ffn_block and ffn_chunk(d_model, ffn_dim, tiling.ffn_block) == chunk:
+            reasons.append(
+                f"ffn_block={tiling.ffn_block} gives the default {chunk} FFN columns a step at "
+                f"d_model {d_model}, ffn_dim {ffn_dim}: the same kernel as ffn_block=0"
+            )
     if smem_bytes is None and device_type == "cuda":
         smem_bytes = DEFAULT_SMEM_LIMIT
     reasons = launch_reasons(

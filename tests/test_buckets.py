@@ -402,7 +402,14 @@ def test_export_keeps_buckets_verified_on_this_stack() -> None:
     # A plan changed in DIMS: its bucket is still verified, so it stays, with a note.
     changed = dict(same) | {(1, 8, *DIMS): _entry("a", ROWS)}
     assert kept_buckets(old, changed, dict(here), lines.append) == old.buckets
-    assert lines[-2].startswith("1 buckets are of dims whose entries changed plan: kept")
+    assert lines[-2].startswith("1 bucket(s) are of dims whose entries changed plan: kept")
+    # An entry the reference serves now (its plan failed re-verification): its dims'
+    # buckets go.
+    demoted = dict(same) | {(1, 8, *DIMS): dict(_entry("a", HEADS), admitted=False)}
+    assert [b["dims"] for b in kept_buckets(old, demoted, dict(here), lines.append)] == [
+        list(other)
+    ]
+    assert "served by the reference now" in lines[-2]
     newer = {"device": {"name": "cpu"}, "versions": {"torch": "2.14.0", "triton": "3.9.0"}}
     assert kept_buckets(old, same, newer, lines.append) == []
     assert "rebuild them with --buckets" in lines[-1]

@@ -276,6 +276,16 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     for other in ({"fused_layer": "seq"}, {"fused_layer": "none"}):
         reasons = not_supported_reasons(layer.replace(row_stage=True, **other), cfg, cpu_device)
         assert any("row_stage=True applies to" in r for r in reasons), (other, reasons)
+    # row_ffn_block: the fused layers only; a search skips the value that gives the
+    # default's FFN columns (d_model 32, ffn 48: the default is 64, padded 64).
+    assert not_supported_reasons(layer.replace(row_ffn_block=16), cfg, cpu_device) == []
+    unfused = Plan(attention="triton", row_ffn_block=16)
+    assert any("row_ffn_block=16 applies to" in r for r in
+               not_supported_reasons(unfused, cfg, cpu_device))  # fmt: skip
+    same = layer.replace(row_ffn_block=64)
+    assert not_supported_reasons(same, cfg, cpu_device) == []
+    assert any("the same kernel as ffn_block=0" in r for r in
+               not_supported_reasons(same, cfg, cpu_device, prune=True))  # fmt: skip
 
 
 def _masks(b: int, s: int) -> dict[str, torch.Tensor | None]:

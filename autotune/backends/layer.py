@@ -41,6 +41,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_stage=True applies to the post-attention rows kernel of "
                 "fused_layer=heads or rows; got fused_layer=none"
             )
+        if plan.row_ffn_block:
+            reasons.append(
+                f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
+                "(fused_layer=heads, rows or seq); got fused_layer=none"
+            )
         return reasons
 
 

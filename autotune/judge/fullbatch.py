@@ -41,6 +41,7 @@ from autotune.core.reference import (
     generate_random_case,
     official_settings,
 )
+from autotune.measure import MIN_GAIN
 from autotune.plan import REFERENCE_PLAN, Plan
 
 
@@ -399,34 +400,50 @@ def whole_batch_choice(
     selection: Any,
     verified: str | None,
     log: Callable[[str], None] = print,
+    max_memory: int | None = None,
 ) -> Any:
     """The knobs a batch subset cannot rank (``WHOLE_BATCH_KNOBS``), chosen from the
     whole-batch record: among its passing routes that equal the winner in every other knob,
     the fastest by median wall time, when the winner itself is in the record (so the two
     were timed side by side in one process) and the gain is beyond both routes' spread
-    over the seeds. Otherwise the winner as it is."""
+    over the seeds and ``MIN_GAIN``; a route whose whole-batch peak exceeds ``max_memory``
+    does not compete. Otherwise the winner as it is."""
     if not verified or not winner.admitted:
         return winner
     cap = selection.capacity_bytes if selection.emulated else None
-    routes = [r for r in _evidence(verified, case, cap) if r.get("passed")]
+
+    def plan_of(route: dict[str, Any]) -> Plan | None:
+        try:
+            return Plan.from_dict(route.get("plan") or {})
+        except (TypeError, ValueError):  # a knob or value this code does not know
+            return None
 
     def rest(plan: Plan) -> dict[str, Any]:
         return {k: v for k, v in plan.to_dict().items() if k not in WHOLE_BATCH_KNOBS}
 
+    routes = [r for r in _evidence(verified, case, cap) if r.get("passed") and plan_of(r)]
     mine = next((r for r in routes if r.get("plan_hash") == winner.plan.hash), None)
     if mine is None:
         return winner
-    same = [r for r in routes if rest(Plan.from_dict(r["plan"])) == rest(winner.plan)]
-    best = min(same, key=lambda r: r["median_wall_s"])
+    same = [
+        r
+        for r in routes
+        if rest(plan_of(r)) == rest(winner.plan)  # type: ignore[arg-type]
+        and (max_memory is None or (r.get("peak_memory_bytes") or 0) <= max_memory)
+    ]
+    best = min([mine, *same], key=lambda r: r["median_wall_s"])
 
     def spread(r: dict[str, Any]) -> float:
         walls = r.get("wall_s") or [r["median_wall_s"]]
         return (max(walls) - min(walls)) / r["median_wall_s"]
 
     gain = 1.0 - best["median_wall_s"] / mine["median_wall_s"]
-    if best is mine or gain <= max(spread(best), spread(mine)):
+    if best.get("plan_hash") == winner.plan.hash or gain <= max(
+        spread(best), spread(mine), MIN_GAIN
+    ):
         return winner
-    plan = Plan.from_dict(best["plan"])
+    plan = plan_of(best)
+    assert plan is not None
     knobs = ", ".join(f"{k}={getattr(plan, k)}" for k in WHOLE_BATCH_KNOBS)
     note = (
         f"{knobs} from the whole-batch record: {best['median_wall_s']:.3f} s against "

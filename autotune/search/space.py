@@ -153,6 +153,11 @@ class SearchSpace:
             chosen.update(param.knob_values(choice))
         return Plan.from_dict(chosen)
 
+    def plan_of(self, params: Mapping[str, Any]) -> Plan:
+        """The plan that ``sample`` returns for these parameter values (as a trial holds
+        them): the inverse of ``params_for``."""
+        return self.sample(_Answers(params))
+
     def params_for(self, plan: Plan) -> dict[str, Any]:
         """The parameter values that make ``sample`` return this plan (for enqueueing)."""
         values: dict[str, Any] = {}

@@ -132,12 +132,20 @@ def enqueue_defaults(
     A study that has trials already (a resumed run) takes only the warm-start plans it
     has neither measured nor queued: a ``--warm-start`` given on a rerun is measured
     first, not dropped."""
-    resumed = bool(study.get_trials(deepcopy=False))
+    existing = study.get_trials(deepcopy=False)
     plans = list(warm or [])
-    if not resumed:
+    if not existing:
         plans = [(REFERENCE_PLAN, ""), *plans, *((p, "") for p in space.enqueue)]
         if sampler == "grid":
             plans += [(p, "") for p in space.enumerate()]
+    # A resumed study: a plan measured (complete) or waiting its turn is not queued again;
+    # one whose trial was pruned or failed before it was measured is.
+    measured = {trials.trial_plan_hash(t) for t in existing if t.state == TrialState.COMPLETE}
+    queued = [
+        t.system_attrs.get("fixed_params")
+        for t in existing
+        if t.state in (TrialState.WAITING, TrialState.RUNNING)
+    ]
     seen: set[Plan] = set()
     n = 0
     for plan, source in plans:
@@ -148,11 +156,10 @@ def enqueue_defaults(
             params = space.params_for(plan)
         except ValueError:
             continue  # the reference may lie outside a user's space
-        before = len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-        # Optuna's own check: a plan with the same parameters, measured or queued, is
-        # not queued again
-        study.enqueue_trial(params, user_attrs=trials.enqueue_attrs(source), skip_if_exists=resumed)
-        n += len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) - before
+        if space.plan_of(params).hash in measured or params in queued:
+            continue
+        study.enqueue_trial(params, user_attrs=trials.enqueue_attrs(source))
+        n += 1
     return n
 
 

@@ -231,7 +231,9 @@ def select_case(job: SelectJob) -> Winner:
     if bench.reference_kind == "oracle" and winner.admitted:
         from autotune.judge.fullbatch import verified_on_full_batch, whole_batch_choice
 
-        winner = whole_batch_choice(winner, case, selection, job.verified)
+        winner = whole_batch_choice(
+            winner, case, selection, job.verified, max_memory=job.max_memory_bytes
+        )
         winner = verified_on_full_batch(winner, case, selection, job.verified)
     return winner
 
@@ -385,7 +387,8 @@ def kept_buckets(
 ) -> list[dict[str, Any]]:
     """The buckets of the table at ``--out`` that still hold without ``--buckets``: none if
     this export runs on another device or torch/triton (they were verified there only);
-    otherwise all of them, with a note where the entries of their dims changed plan.
+    otherwise all but those of dims where an entry is now served by the reference, with a
+    note where the entries of their dims changed plan.
     ``provenance`` then records where the kept buckets were verified."""
     from autotune.runtime.buckets import dims_of
     from autotune.runtime.table import _major_minor
@@ -418,16 +421,29 @@ def kept_buckets(
         for k in set(old.entries) | set(entries)
         if _served_by(old.entries.get(k, {})) != _served_by(entries.get(k, {}))
     }
-    keep = [dict(b) for b in old.buckets]
+    # Dims where an entry lost its plan (the reference serves it now, e.g. its plan failed
+    # re-verification): their buckets go, as a plan that failed there may be theirs.
+    demoted = {
+        dims_of(k)
+        for k, e in old.entries.items()
+        if e.get("admitted") and not entries.get(k, {}).get("admitted")
+    }
+    keep = [dict(b) for b in old.buckets if tuple(b["dims"]) not in demoted]
+    if len(keep) < len(old.buckets):
+        emit(
+            f"dropped {len(old.buckets) - len(keep)} buckets of dims where an entry is "
+            "served by the reference now; rebuild them with --buckets"
+        )
     stale = sum(tuple(b["dims"]) in changed for b in keep)
     if stale:
         emit(
-            f"{stale} buckets are of dims whose entries changed plan: kept (each was "
+            f"{stale} bucket(s) are of dims whose entries changed plan: kept (each was "
             "verified with its own plan), but chosen before the change; rebuild them with "
             "--buckets to let them take the new plans"
         )
-    provenance["buckets"] = made
-    emit(f"kept {len(keep)} buckets of the table as they are")
+    if keep:
+        provenance["buckets"] = made
+        emit(f"kept {len(keep)} buckets of the table as they are")
     return keep
 
 

@@ -17,14 +17,13 @@ from autotune.core.outcome import OutcomeKind, TimingStats
 from autotune.core.profiles import ProfileSelection
 from autotune.evaluate import evaluate_many
 from autotune.judge.gate import SELECTION_GATE, CaseBench, GateSettings
-from autotune.measure import TimingSettings
+from autotune.measure import MIN_GAIN, TimingSettings
 from autotune.plan import ANCHORS, REFERENCE_PLAN, Plan
 from autotune.search import trials
 
 SELECTION_TIMING = TimingSettings(
     warmup=20, rounds=3, reps=100, max_round_seconds=1.5, min_reps=10, cuda_turn=4
 )
-MIN_GAIN = 0.02  # a winner must beat the reference by more than noise and by 2%
 
 
 @dataclasses.dataclass(frozen=True)

@@ -442,7 +442,19 @@ def test_the_whole_batch_record_picks_the_knobs_a_subset_cannot_rank(tmp_path) -
     for winner, path in ((_Winner(alone), str(rec)), (_Winner(base), None)):
         assert whole_batch_choice(winner, case, sel, path, log=print) == winner
     assert whole_batch_choice(_Winner(base, admitted=False), case, sel, str(rec)).plan == base
-    # A gain within the seeds' spread is noise: the winner stays.
+    # Over the memory cap: the next fastest within it; the winner listed twice, or a route
+    # of a knob this code does not know, changes nothing.
+    routes[2]["peak_memory_bytes"] = 40 << 30
+    rec.write_text(json.dumps({"routes": routes}))
+    capped = whole_batch_choice(_Winner(base), case, sel, str(rec), max_memory=30 << 30)
+    assert capped.plan == b2
+    twice = [*routes, _route(base, [1.30, 1.30, 1.30]), dict(routes[1], plan={"nope": 1})]
+    rec.write_text(json.dumps({"routes": twice}))
+    assert whole_batch_choice(_Winner(base), case, sel, str(rec)) == _Winner(base)
+    # A gain within the seeds' spread, or under 2%, is noise: the winner stays.
+    near = [_route(base, [1.40, 1.40, 1.401]), _route(b4, [1.39, 1.39, 1.39])]
+    rec.write_text(json.dumps({"routes": near}))
+    assert whole_batch_choice(_Winner(base), case, sel, str(rec)).plan == base
     routes[0]["wall_s"] = [1.2, 1.523, 1.9]
     rec.write_text(json.dumps({"routes": routes}))
     assert whole_batch_choice(_Winner(base), case, sel, str(rec)).plan == base

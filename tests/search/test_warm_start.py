@@ -83,3 +83,9 @@ def test_a_resumed_study_measures_a_new_warm_start_plan_once() -> None:
     last = study.trials[-1]
     assert last.user_attrs["plan_hash"] == fresh.hash and last.user_attrs["warm_start"] == "plan b"
     assert enqueue_defaults(study, space, "tpe", [(fresh, "plan b")]) == 0  # measured
+    # A queued warm-start plan pruned before it was measured is queued again on a rerun.
+    other = next(p for p in space.enumerate() if p.hash not in measured | {fresh.hash})
+    assert enqueue_defaults(study, space, "tpe", [(other, "plan c")]) == 1
+    study.optimize(lambda t: (_ for _ in ()).throw(optuna.TrialPruned()), n_trials=1)
+    assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
+    assert enqueue_defaults(study, space, "tpe", [(other, "plan c")]) == 1
