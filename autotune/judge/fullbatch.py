@@ -421,29 +421,29 @@ def whole_batch_choice(
     def rest(plan: Plan) -> dict[str, Any]:
         return {k: v for k, v in plan.to_dict().items() if k not in WHOLE_BATCH_KNOBS}
 
-    routes = [r for r in _evidence(verified, case, cap) if r.get("passed") and plan_of(r)]
-    mine = next((r for r in routes if r.get("plan_hash") == winner.plan.hash), None)
+    routes = [  # (route, its plan): passing routes of plans this code knows
+        (r, p)
+        for r in _evidence(verified, case, cap)
+        if r.get("passed") and (p := plan_of(r)) is not None
+    ]
+    mine = next((r for r, _ in routes if r.get("plan_hash") == winner.plan.hash), None)
     if mine is None:
         return winner
     same = [
-        r
-        for r in routes
-        if rest(plan_of(r)) == rest(winner.plan)  # type: ignore[arg-type]
+        (r, p)
+        for r, p in routes
+        if rest(p) == rest(winner.plan)
         and (max_memory is None or (r.get("peak_memory_bytes") or 0) <= max_memory)
     ]
-    best = min([mine, *same], key=lambda r: r["median_wall_s"])
+    best, plan = min([(mine, winner.plan), *same], key=lambda rp: rp[0]["median_wall_s"])
 
     def spread(r: dict[str, Any]) -> float:
         walls = r.get("wall_s") or [r["median_wall_s"]]
         return (max(walls) - min(walls)) / r["median_wall_s"]
 
     gain = 1.0 - best["median_wall_s"] / mine["median_wall_s"]
-    if best.get("plan_hash") == winner.plan.hash or gain <= max(
-        spread(best), spread(mine), MIN_GAIN
-    ):
+    if plan.hash == winner.plan.hash or gain <= max(spread(best), spread(mine), MIN_GAIN):
         return winner
-    plan = plan_of(best)
-    assert plan is not None
     knobs = ", ".join(f"{k}={getattr(plan, k)}" for k in WHOLE_BATCH_KNOBS)
     note = (
         f"{knobs} from the whole-batch record: {best['median_wall_s']:.3f} s against "
