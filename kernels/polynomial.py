@@ -365,6 +365,132 @@ def _chunk_scores(
 
 
 @triton.jit
+def _q_tile(q_base, stride_qs, offs_m, row_ok, offs_c, head_dim):
+    """Columns ``offs_c`` of a query block's rows, fp32 (padded rows and columns 0)."""
+    return tl.load(
+        q_base + offs_m[:, None] * stride_qs + offs_c[None, :],
+        mask=row_ok[:, None] & (offs_c < head_dim)[None, :],
+        other=0.0,
+    ).to(tl.float32)
+
+
+@triton.jit
+def _row_weights(
+    q_op, k_base, stride_ks, s1, s2, count, key0, hi, offs_m, offs_n0, offs_d, d_ok,
+    seq_len, sqrt_scale,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """Row-normalised weights ``a_i + b_i s + s^2 / 2`` of a query block: ``(a_i, b_i)``
+    from the prefix's sums ``s1`` (of s) and ``s2`` (of s^2 / 2) over ``count`` keys and
+    one pass of score dots over the intra-chunk keys ``key0 <= j < hi``, ``j <= i``."""
+    n_keys = tl.zeros([BLOCK_M], dtype=tl.float32) + count
+    for start_n in range(key0, hi, BLOCK_N):
+        offs_n = start_n + offs_n0
+        n_ok = offs_n < seq_len
+        s = _chunk_scores(
+            q_op, k_base, stride_ks, offs_n, offs_d, n_ok, d_ok, sqrt_scale,
+            BLOCK_M, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        keep = (offs_n[None, :] <= offs_m[:, None]) & n_ok[None, :]
+        s = tl.where(keep, s, 0.0)
+        s1 += tl.sum(s, 1)
+        s2 += tl.sum(0.5 * s * s, 1)
+        n_keys += tl.sum(keep.to(tl.float32), 1)
+    n_keys = tl.maximum(n_keys, 1.0)
+    mu = s1 / n_keys
+    var = tl.maximum(2.0 * s2 / n_keys - mu * mu, 0.0)
+    return 1.0 - mu + 0.5 * (mu * mu - var), 1.0 - mu
+
+
+@triton.jit
+def _prefix_row_weighted(
+    q, q_op, q_base, stride_qs, row_ok, ws_num_ptr, ws_den_ptr, k_base, stride_ks, bh,
+    chunk, num_snapshots, hi, offs_m, offs_n0, offs_d, d_ok, seq_len, head_dim, sqrt_scale,
+    CHUNK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, TILE: tl.constexpr, NUM_TILES: tl.constexpr,
+    NUM_FEATURES: tl.constexpr, PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """``_output_kernel``'s prefix part with ``STATS_FIRST``: the row weights first, then
+    ``count * (a_i const + (b_i q') @ lin + phi_2(q') @ quad)`` in one accumulator.
+    Returns ``(num, den, a_row, b_row)``, ``den`` without the intra-chunk weights."""
+    count = (chunk * CHUNK) * 1.0
+    s1 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s over the prefix keys
+    s2 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s^2 / 2
+    snap = bh.to(tl.int64) * num_snapshots + tl.maximum(chunk - 1, 0)
+    num_base = ws_num_ptr + snap * (NUM_FEATURES * head_dim)
+    den_base = ws_den_ptr + snap * NUM_FEATURES
+    if chunk > 0:
+        z_lin = tl.load(den_base + 1 + offs_d)
+        s1 = tl.sum(q * z_lin[None, :], 1) * count
+        # The quadratic denominators as Z [BLOCK_D, BLOCK_D]: Z[a, b] is the feature of
+        # (a, b) in tile pair (a // TILE, b // TILE) when that pair is stored (A <= B),
+        # else 0, so that q'^T Z q' sums every stored feature times its q' product.
+        offs_r = tl.arange(0, BLOCK_D)
+        ta = (offs_r // TILE)[:, None]
+        tb = (offs_d // TILE)[None, :]
+        pair = ta * NUM_TILES - ta * (ta - 1) // 2 + (tb - ta)
+        z_rows = 1 + BLOCK_D + pair * (TILE * TILE)
+        z_rows += (offs_r % TILE)[:, None] * TILE + (offs_d % TILE)[None, :]
+        z_quad = tl.load(den_base + z_rows, mask=tb >= ta, other=0.0)
+        qz = dot(
+            q_op,
+            to_operand(z_quad, PRECISION, EMULATE_BF16_DOT),
+            tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),
+            PRECISION,
+            EMULATE_BF16_DOT,
+        )
+        s2 = tl.sum(qz * q, 1) * count
+    a_row, b_row = _row_weights(
+        q_op, k_base, stride_ks, s1, s2, count, chunk * CHUNK, hi, offs_m, offs_n0, offs_d,
+        d_ok, seq_len, sqrt_scale, BLOCK_M, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    if chunk > 0:
+        const = tl.load(num_base + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+        lin = tl.load(
+            num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
+            mask=d_ok[None, :],
+            other=0.0,
+        )
+        num = dot(
+            to_operand(q * b_row[:, None], PRECISION, EMULATE_BF16_DOT),
+            to_operand(lin, PRECISION, EMULATE_BF16_DOT),
+            a_row[:, None] * const[None, :],
+            PRECISION,
+            EMULATE_BF16_DOT,
+        )
+        # Quadratic tile pairs (A <= B), in the kernel-1 order; the q' tiles are re-read
+        # (from the cache: this program loaded q above).
+        offs_t = tl.arange(0, TILE)
+        offs_f = tl.arange(0, TILE * TILE)
+        row0 = 1 + BLOCK_D
+        for tile_a in range(0, NUM_TILES):
+            qa = _q_tile(q_base, stride_qs, offs_m, row_ok, tile_a * TILE + offs_t, head_dim)
+            qa = qa * sqrt_scale
+            for tile_b in range(tile_a, NUM_TILES):
+                qb = _q_tile(q_base, stride_qs, offs_m, row_ok, tile_b * TILE + offs_t, head_dim)
+                qb = qb * sqrt_scale
+                feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
+                state = tl.load(
+                    num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
+                    mask=d_ok[None, :],
+                    other=0.0,
+                )
+                num = dot(
+                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+                    to_operand(state, PRECISION, EMULATE_BF16_DOT),
+                    num,
+                    PRECISION,
+                    EMULATE_BF16_DOT,
+                )
+                row0 += TILE * TILE
+        num = num * count
+    den = count * a_row + b_row * s1 + s2
+    return num, den, a_row, b_row
+
+
+@triton.jit
 def _output_kernel(
     q_ptr,
     k_ptr,
@@ -402,6 +528,7 @@ def _output_kernel(
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
     ROW_NORM: tl.constexpr,
+    STATS_FIRST: tl.constexpr,
 ):
     """One query block: prefix state from the workspace + the intra-chunk part.
 
@@ -411,7 +538,16 @@ def _output_kernel(
     ``1 + t + (t^2 - var_i) / 2`` with ``t = s - mu_i``, the degree-2 fit of exp for the
     row's own score distribution; the weights sum to the key count). The row statistics
     come from the same prefix state (its denominator groups) and a first pass over the
-    intra-chunk keys; the second pass applies the weights."""
+    intra-chunk keys; the second pass applies the weights.
+
+    ``STATS_FIRST`` (with ``ROW_NORM``): the same weights, with the row statistics taken
+    before the prefix dots: the prefix's sum of ``s^2 / 2`` is ``q'^T Z q'`` with ``Z`` the
+    quadratic denominator group laid out as a ``[BLOCK_D, BLOCK_D]`` upper block triangle
+    (one dot, no feature tiles), so the linear group enters the prefix dots as ``(b_i q')
+    @ state`` and the constant as ``a_i`` times it: one accumulator instead of two (a
+    ``[BLOCK_M, BLOCK_D]`` fp32 tile fewer live through the feature loop) and no
+    denominator work in it. Sums in another order (and ``b_i q'`` rounded to the operand
+    type): not bit-identical to the two-accumulator form."""
     pid = tl.program_id(0)
     bh = pid // num_query_blocks
     block = first_block + pid % num_query_blocks
@@ -437,110 +573,104 @@ def _output_kernel(
     q = q.to(tl.float32) * sqrt_scale  # q' = q * sqrt(scale)
     q_op = to_operand(q, PRECISION, EMULATE_BF16_DOT)
 
-    num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    den = tl.zeros([BLOCK_M], dtype=tl.float32)
-    # ROW_NORM: the prefix's group sums, kept apart until the row's weights are known.
-    pre_const = tl.zeros([BLOCK_D], dtype=tl.float32)
-    pre_lin = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    pre_s1 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s over the prefix keys
-    pre_s2 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s^2 / 2
-    count = 0.0
-    if chunk > 0:
-        snap = bh.to(tl.int64) * num_snapshots + (chunk - 1)
-        num_base = ws_num_ptr + snap * (NUM_FEATURES * head_dim)
-        den_base = ws_den_ptr + snap * NUM_FEATURES
-        # Constant + linear features.
-        const = tl.load(num_base + offs_d, mask=d_ok, other=0.0).to(tl.float32)
-        lin = tl.load(
-            num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
-            mask=d_ok[None, :],
-            other=0.0,
-        )
-        z_lin = tl.load(den_base + 1 + offs_d)
-        inter = dot(
-            q_op, to_operand(lin, PRECISION, EMULATE_BF16_DOT), num, PRECISION, EMULATE_BF16_DOT
-        )
-        if ROW_NORM:  # the quadratic group accumulates alone
-            pre_const = const
-            pre_lin = inter
-            pre_s1 = tl.sum(q * z_lin[None, :], 1)
-            inter = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-            inter_den = tl.zeros([BLOCK_M], dtype=tl.float32)
-        else:
-            inter += const[None, :]
-            inter_den = 1.0 + tl.sum(q * z_lin[None, :], 1)
-        # Quadratic tile pairs (A <= B), in the kernel-1 order.
-        offs_t = tl.arange(0, TILE)
-        offs_f = tl.arange(0, TILE * TILE)
-        row0 = 1 + BLOCK_D
-        for tile_a in range(0, NUM_TILES):
-            offs_a = tile_a * TILE + offs_t
-            qa = tl.load(
-                q_base + offs_m[:, None] * stride_qs + offs_a[None, :],
-                mask=row_ok[:, None] & (offs_a < head_dim)[None, :],
+    hi = tl.minimum(start_m + BLOCK_M, seq_len)  # keys of the intra-chunk part: < hi
+    if STATS_FIRST:
+        num, den, a_row, b_row = _prefix_row_weighted(
+            q, q_op, q_base, stride_qs, row_ok, ws_num_ptr, ws_den_ptr, k_base, stride_ks, bh,
+            chunk, num_snapshots, hi, offs_m, offs_n0, offs_d, d_ok, seq_len, head_dim,
+            sqrt_scale,
+            CHUNK, BLOCK_M, BLOCK_N, BLOCK_D, TILE, NUM_TILES, NUM_FEATURES, PRECISION,
+            EMULATE_BF16_DOT,
+        )  # fmt: skip
+    else:
+        num = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        den = tl.zeros([BLOCK_M], dtype=tl.float32)
+        # ROW_NORM: the prefix's group sums, kept apart until the row's weights are known.
+        pre_const = tl.zeros([BLOCK_D], dtype=tl.float32)
+        pre_lin = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        pre_s1 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s over the prefix keys
+        pre_s2 = tl.zeros([BLOCK_M], dtype=tl.float32)  # sum of s^2 / 2
+        count = 0.0
+        if chunk > 0:
+            snap = bh.to(tl.int64) * num_snapshots + (chunk - 1)
+            num_base = ws_num_ptr + snap * (NUM_FEATURES * head_dim)
+            den_base = ws_den_ptr + snap * NUM_FEATURES
+            # Constant + linear features.
+            const = tl.load(num_base + offs_d, mask=d_ok, other=0.0).to(tl.float32)
+            lin = tl.load(
+                num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
+                mask=d_ok[None, :],
                 other=0.0,
             )
-            qa = qa.to(tl.float32) * sqrt_scale
-            for tile_b in range(tile_a, NUM_TILES):
-                offs_b = tile_b * TILE + offs_t
-                qb = tl.load(
-                    q_base + offs_m[:, None] * stride_qs + offs_b[None, :],
-                    mask=row_ok[:, None] & (offs_b < head_dim)[None, :],
+            z_lin = tl.load(den_base + 1 + offs_d)
+            inter = dot(
+                q_op, to_operand(lin, PRECISION, EMULATE_BF16_DOT), num, PRECISION, EMULATE_BF16_DOT
+            )
+            if ROW_NORM:  # the quadratic group accumulates alone
+                pre_const = const
+                pre_lin = inter
+                pre_s1 = tl.sum(q * z_lin[None, :], 1)
+                inter = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+                inter_den = tl.zeros([BLOCK_M], dtype=tl.float32)
+            else:
+                inter += const[None, :]
+                inter_den = 1.0 + tl.sum(q * z_lin[None, :], 1)
+            # Quadratic tile pairs (A <= B), in the kernel-1 order.
+            offs_t = tl.arange(0, TILE)
+            offs_f = tl.arange(0, TILE * TILE)
+            row0 = 1 + BLOCK_D
+            for tile_a in range(0, NUM_TILES):
+                offs_a = tile_a * TILE + offs_t
+                qa = tl.load(
+                    q_base + offs_m[:, None] * stride_qs + offs_a[None, :],
+                    mask=row_ok[:, None] & (offs_a < head_dim)[None, :],
                     other=0.0,
                 )
-                qb = qb.to(tl.float32) * sqrt_scale
-                feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
-                state = tl.load(
-                    num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
-                    mask=d_ok[None, :],
-                    other=0.0,
-                )
-                z = tl.load(den_base + row0 + offs_f)
-                inter = dot(
-                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                    to_operand(state, PRECISION, EMULATE_BF16_DOT),
-                    inter,
-                    PRECISION,
-                    EMULATE_BF16_DOT,
-                )
-                inter_den += tl.sum(feat * z[None, :], 1)
-                row0 += TILE * TILE
-        count = (chunk * CHUNK) * 1.0
-        num = inter * count
-        den = inter_den * count
-        pre_s1 = pre_s1 * count
-        pre_s2 = inter_den * count
+                qa = qa.to(tl.float32) * sqrt_scale
+                for tile_b in range(tile_a, NUM_TILES):
+                    offs_b = tile_b * TILE + offs_t
+                    qb = tl.load(
+                        q_base + offs_m[:, None] * stride_qs + offs_b[None, :],
+                        mask=row_ok[:, None] & (offs_b < head_dim)[None, :],
+                        other=0.0,
+                    )
+                    qb = qb.to(tl.float32) * sqrt_scale
+                    feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
+                    state = tl.load(
+                        num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
+                        mask=d_ok[None, :],
+                        other=0.0,
+                    )
+                    z = tl.load(den_base + row0 + offs_f)
+                    inter = dot(
+                        to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+                        to_operand(state, PRECISION, EMULATE_BF16_DOT),
+                        inter,
+                        PRECISION,
+                        EMULATE_BF16_DOT,
+                    )
+                    inter_den += tl.sum(feat * z[None, :], 1)
+                    row0 += TILE * TILE
+            count = (chunk * CHUNK) * 1.0
+            num = inter * count
+            den = inter_den * count
+            pre_s1 = pre_s1 * count
+            pre_s2 = inter_den * count
 
-    # Intra-chunk part: keys [chunk start, end of this query block), j <= i.
-    hi = tl.minimum(start_m + BLOCK_M, seq_len)
-    a_row = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    b_row = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    if ROW_NORM:
-        # First pass: the row's score statistics over its intra-chunk keys.
-        s1 = pre_s1
-        s2 = pre_s2
-        n_keys = tl.zeros([BLOCK_M], dtype=tl.float32) + count
-        for start_n in range(chunk * CHUNK, hi, BLOCK_N):
-            offs_n = start_n + offs_n0
-            n_ok = offs_n < seq_len
-            s = _chunk_scores(
-                q_op, k_base, stride_ks, offs_n, offs_d, n_ok, d_ok, sqrt_scale,
+        a_row = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+        b_row = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+        if ROW_NORM:
+            # First pass: the row's score statistics over its intra-chunk keys.
+            a_row, b_row = _row_weights(
+                q_op, k_base, stride_ks, pre_s1, pre_s2, count, chunk * CHUNK, hi, offs_m,
+                offs_n0, offs_d, d_ok, seq_len, sqrt_scale,
                 BLOCK_M, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
             )  # fmt: skip
-            keep = (offs_n[None, :] <= offs_m[:, None]) & n_ok[None, :]
-            s = tl.where(keep, s, 0.0)
-            s1 += tl.sum(s, 1)
-            s2 += tl.sum(0.5 * s * s, 1)
-            n_keys += tl.sum(keep.to(tl.float32), 1)
-        n_keys = tl.maximum(n_keys, 1.0)
-        mu = s1 / n_keys
-        var = tl.maximum(2.0 * s2 / n_keys - mu * mu, 0.0)
-        a_row = 1.0 - mu + 0.5 * (mu * mu - var)
-        b_row = 1.0 - mu
-        # The prefix's groups with the row's weights; the denominator is the key count
-        # in exact arithmetic, computed from the same sums for self-consistent rounding.
-        num = num + count * (a_row[:, None] * pre_const[None, :] + b_row[:, None] * pre_lin)
-        den = count * a_row + b_row * pre_s1 + pre_s2
+            # The prefix's groups with the row's weights; the denominator is the key count
+            # in exact arithmetic, computed from the same sums for self-consistent rounding.
+            num = num + count * (a_row[:, None] * pre_const[None, :] + b_row[:, None] * pre_lin)
+            den = count * a_row + b_row * pre_s1 + pre_s2
+    # Intra-chunk part: keys [chunk start, end of this query block), j <= i.
     for start_n in range(chunk * CHUNK, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         n_ok = offs_n < seq_len
@@ -861,6 +991,8 @@ def polynomial_attention(
     num_stages: int = 2,
     exact_kwargs: Mapping[str, Any] | None = None,
     row_norm: bool = False,
+    stats_first: bool = False,
+    output_warps: int | None = None,
 ) -> torch.Tensor:
     """Causal polynomial attention (see the module docstring); returns ``out``.
 
@@ -873,10 +1005,14 @@ def polynomial_attention(
     ``num_warps`` / ``num_stages`` for both kernels. ``row_norm``: weights fitted to each
     row's own score mean and variance (:func:`polynomial_reference`), which removes the
     plain weights' bias that does not shrink with the key count; it costs a second pass
-    of score dots over the intra-chunk keys. Allocates :func:`workspace_bytes`. Never
-    synchronises the device.
+    of score dots over the intra-chunk keys. ``stats_first`` (with ``row_norm``): the
+    row statistics before the prefix dots, one accumulator fewer in kernel 2 (see
+    ``_output_kernel``). ``output_warps``: kernel 2's warps (default ``num_warps``).
+    Allocates :func:`workspace_bytes`. Never synchronises the device.
     """
     _check_causal(causal)
+    if stats_first and not row_norm:
+        raise ValueError("stats_first=True needs row_norm=True (it orders the row statistics)")
     check_precision(precision)
     check_qkv(q, k, v, precision)
     batch, seq_len, num_heads, head_dim = q.shape
@@ -890,6 +1026,9 @@ def polynomial_attention(
         num_stages=num_stages,
         precision=precision,
     )
+    output_warps = num_warps if output_warps is None else output_warps
+    if output_warps not in SUPPORTED_NUM_WARPS:
+        errors.append(f"output_warps={output_warps} must be one of {SUPPORTED_NUM_WARPS}")
     if errors:
         raise ValueError("; ".join(errors))
     if isinstance(exact_prefix, bool) or not isinstance(exact_prefix, int) or exact_prefix < 0:
@@ -998,7 +1137,8 @@ def polynomial_attention(
         PRECISION=precision,
         EMULATE_BF16_DOT=emulate,
         ROW_NORM=bool(row_norm),
-        num_warps=num_warps,
+        STATS_FIRST=bool(stats_first),
+        num_warps=output_warps,
         num_stages=num_stages,
     )
     return out
@@ -1078,6 +1218,7 @@ def guarded_attention(
     sample_rows: int = 256,
     out: torch.Tensor | None = None,
     row_norm: bool = False,
+    stats_first: bool = False,
 ) -> tuple[torch.Tensor, GuardDecision]:
     """Polynomial attention when the sampled score spread allows it, else exact attention.
 
@@ -1087,8 +1228,8 @@ def guarded_attention(
     num_warps, num_stages, precision; precision defaults to ``precision``); otherwise
     :func:`polynomial_attention` with ``chunk``, ``exact_prefix``, ``precision``,
     ``exact_kwargs`` and ``polynomial_kwargs`` (block_m, block_n, feature_tile, num_warps,
-    num_stages) and ``row_norm``. Both paths' arguments are validated before the spread is
-    read.
+    num_stages, output_warps), ``row_norm`` and ``stats_first``. Both paths' arguments are
+    validated before the spread is read.
     """
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise ValueError(f"threshold={threshold!r} must be a number (max allowed |score|)")
@@ -1099,7 +1240,7 @@ def guarded_attention(
     check_qkv(q, k, v, precision)
     exact = _exact_kwargs(exact_kwargs, precision)
     poly = dict(polynomial_kwargs or {})
-    allowed = ("block_m", "block_n", "feature_tile", "num_warps", "num_stages")
+    allowed = ("block_m", "block_n", "feature_tile", "num_warps", "num_stages", "output_warps")
     for key in poly:
         if key not in allowed:
             raise ValueError(
@@ -1116,9 +1257,14 @@ def guarded_attention(
             "feature_tile": 8,
             "num_warps": 4,
             "num_stages": 2,
-            **poly,
+            **{key: value for key, value in poly.items() if key != "output_warps"},
         },
     )
+    output_warps = poly.get("output_warps", poly.get("num_warps", 4))
+    if output_warps not in SUPPORTED_NUM_WARPS:
+        errors.append(f"output_warps={output_warps} must be one of {SUPPORTED_NUM_WARPS}")
+    if stats_first and not row_norm:
+        errors.append("stats_first=True needs row_norm=True (it orders the row statistics)")
     if errors:
         raise ValueError("; ".join(errors))
     scale = _check_scale(scale, head_dim)
@@ -1151,6 +1297,7 @@ def guarded_attention(
         precision=precision,
         exact_kwargs=exact_kwargs,
         row_norm=row_norm,
+        stats_first=stats_first,
         **poly,
     )
     return result, decision

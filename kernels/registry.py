@@ -449,12 +449,17 @@ def _run_layer(
 # Polynomial attention
 # --------------------------------------------------------------------------------------
 def _run_polynomial(
-    precision: str, exact_prefix: int, device: str, row_norm: bool = False
+    precision: str,
+    exact_prefix: int,
+    device: str,
+    row_norm: bool = False,
+    stats_first: bool = False,
+    head_dim: int = 16,
 ) -> CheckResult:
     """Chunked polynomial attention on packed views vs its float64 dense reference."""
     from kernels.polynomial import polynomial_attention, polynomial_reference
 
-    b, s, h, hd = 2, 45, 2, 16
+    b, s, h, hd = 2, 45, 2, head_dim
     qkv = torch.randn(b, s, 3 * h * hd, generator=_generator())
     q, k, v = qkv.view(b, s, 3, h, hd).unbind(2)
     reference = polynomial_reference(
@@ -473,6 +478,7 @@ def _run_polynomial(
         block_n=16,
         exact_kwargs={"block_m": 16, "block_n": 16},
         row_norm=row_norm,
+        stats_first=stats_first,
     )
     return _result(out, reference, precision)
 
@@ -589,6 +595,17 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             + (" (row-normalised weights)" if row_norm else ""),
             lambda device, p=precision, n=exact_prefix, r=row_norm: _run_polynomial(
                 p, n, device, r
+            ),
+        )
+    # Row statistics first (one accumulator): head dims 16 (two feature tiles) and 20 (32
+    # padded: four tiles, the padded columns' features zero).
+    for precision, exact_prefix, hd in (("fp16", 0, 16), ("ieee", 7, 16), ("ieee", 0, 20)):
+        suffix = f"-exact{exact_prefix}" if exact_prefix else ""
+        yield KernelCheck(
+            f"polynomial/B2-S45-H2-hd{hd}-c16{suffix}-rownorm-statsfirst/{precision}",
+            "chunked polynomial attention, row statistics before the prefix dots, vs float64",
+            lambda device, p=precision, n=exact_prefix, d=hd: _run_polynomial(
+                p, n, device, True, True, d
             ),
         )
     yield KernelCheck(

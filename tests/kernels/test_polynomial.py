@@ -460,6 +460,19 @@ def test_rejects_head_dim_above_128_and_float64_inputs() -> None:
         polynomial_attention(q64, q64, q64, causal=True)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"stats_first": True}, r"stats_first=True needs row_norm=True"),
+        ({"output_warps": 6}, r"output_warps=6 must be one of"),
+    ],
+)
+def test_rejects_bad_kernel_two_options(kwargs: dict, message: str) -> None:
+    q = torch.randn(1, 16, 1, 16)
+    with pytest.raises(ValueError, match=message):
+        polynomial_attention(q, q, q, causal=True, precision="ieee", **kwargs)
+
+
 def test_rejects_fp16_inputs_with_an_fp32_precision() -> None:
     q = torch.randn(1, 16, 1, 16).half()
     with pytest.raises(ValueError, match=r"q has dtype torch\.float16; with precision='ieee'"):
@@ -478,6 +491,8 @@ def test_rejects_fp16_inputs_with_an_fp32_precision() -> None:
         ({"polynomial_kwargs": {"feature_tile": 3}}, r"feature_tile=3 must be one of"),
         ({"exact_kwargs": {"warps": 4}}, r"exact_kwargs has unknown key 'warps'"),
         ({"sample_rows": 0}, r"sample_rows=0 must be an int >= 1"),
+        ({"polynomial_kwargs": {"output_warps": 3}}, r"output_warps=3 must be one of"),
+        ({"stats_first": True}, r"stats_first=True needs row_norm=True"),
     ],
 )
 def test_guard_rejects_bad_arguments_before_reading_the_spread(kwargs: dict, message: str) -> None:
