@@ -45,6 +45,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "bn128_w8": {"block_n": 128, "num_warps": 8},
     "stats_first_bn32": {"stats_first": True, "block_n": 32},
     "bm32": {"block_m": 32},
+    "stats_first_ft16": {"stats_first": True, "feature_tile": 16},
+    "stats_first_ft4": {"stats_first": True, "feature_tile": 4},
+    "stats_first_bn32_stages3": {"stats_first": True, "block_n": 32, "num_stages": 3},
+    "stats_first_bm128_bn32_out8w": {
+        "stats_first": True,
+        "block_m": 128,
+        "block_n": 32,
+        "output_warps": 8,
+    },
 }
 
 
