@@ -213,6 +213,30 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "poly_stats_first",
+        False,
+        "polynomial attention with poly_norm=row: its output kernel takes each row's score "
+        "statistics before the prefix dots and sums the prefix in one accumulator (fewer "
+        "live registers; the same weights, summed in another order)",
+        choices=(False, True),
+        needs={True: "attention=polynomial, poly_norm=row"},
+        group="kernels",
+    ),
+    Knob(
+        "poly_out_block_n",
+        0,
+        "polynomial attention: keys a step of its output kernel (0: 64, as its prefix scan)",
+        choices=(0, 16, 32, 64, 128),
+        group="kernels",
+    ),
+    Knob(
+        "poly_out_stages",
+        0,
+        "polynomial attention: pipeline stages of its output kernel (0: 2, as its prefix scan)",
+        choices=(0, 2, 3, 4),
+        group="kernels",
+    ),
+    Knob(
         "fused_block",
         False,
         "the whole pre-norm layer in two Triton launches (attention half, FFN half; the final "
@@ -308,6 +332,9 @@ class Plan:
     poly_exact_prefix: int = 0
     poly_guard: float = 0.5
     poly_norm: str = "taylor"
+    poly_stats_first: bool = False
+    poly_out_block_n: int = 0
+    poly_out_stages: int = 0
     fused_block: bool = False
     fused_layer: str = "none"
     row_block: int = 32

@@ -846,8 +846,12 @@ def _config_errors(
     num_warps: int,
     num_stages: int,
     precision: str,
+    output_block_n: int | None = None,
+    output_warps: int | None = None,
+    output_stages: int | None = None,
 ) -> list[str]:
-    """Reasons a configuration cannot run at all (the launcher raises on these)."""
+    """Reasons a configuration cannot run at all (the launcher raises on these).
+    ``output_*``: kernel 2's own keys a step, warps and stages (None: the shared ones)."""
     reasons: list[str] = []
     if not MIN_HEAD_DIM <= head_dim <= MAX_HEAD_DIM:
         reasons.append(
@@ -856,7 +860,10 @@ def _config_errors(
         )
     if not is_power_of_2(chunk) or not MIN_CHUNK <= chunk <= MAX_CHUNK:
         reasons.append(f"chunk={chunk} must be a power of two in {MIN_CHUNK}..{MAX_CHUNK}")
-    for name, value in (("block_m", block_m), ("block_n", block_n)):
+    blocks = [("block_m", block_m), ("block_n", block_n)]
+    if output_block_n is not None:
+        blocks.append(("output_block_n", output_block_n))
+    for name, value in blocks:
         if not is_power_of_2(value) or value < MIN_BLOCK:
             reasons.append(f"{name}={value} must be a power of two >= {MIN_BLOCK}")
         elif is_power_of_2(chunk) and value > chunk:
@@ -866,10 +873,12 @@ def _config_errors(
         reasons.append(f"feature_tile={feature_tile} must be one of {FEATURE_TILES}")
     elif feature_tile > block_d:
         reasons.append(f"feature_tile={feature_tile} must be <= the padded head_dim {block_d}")
-    if num_warps not in SUPPORTED_NUM_WARPS:
-        reasons.append(f"num_warps={num_warps} must be one of {SUPPORTED_NUM_WARPS}")
-    if num_stages < 1:
-        reasons.append(f"num_stages={num_stages} must be >= 1")
+    for name, value in (("num_warps", num_warps), ("output_warps", output_warps)):
+        if value is not None and value not in SUPPORTED_NUM_WARPS:
+            reasons.append(f"{name}={value} must be one of {SUPPORTED_NUM_WARPS}")
+    for name, value in (("num_stages", num_stages), ("output_stages", output_stages)):
+        if value is not None and value < 1:
+            reasons.append(f"{name}={value} must be >= 1")
     if precision not in POLYNOMIAL_PRECISIONS:
         reasons.append(
             f"precision={precision!r} is not supported by polynomial attention; use one "
@@ -891,6 +900,9 @@ def not_supported_reasons(
     feature_tile: int = 8,
     num_warps: int = 4,
     num_stages: int = 2,
+    output_block_n: int | None = None,
+    output_warps: int | None = None,
+    output_stages: int | None = None,
 ) -> list[str]:
     """Why this polynomial-attention configuration should not run here; [] = supported.
 
@@ -908,6 +920,9 @@ def not_supported_reasons(
         num_warps=num_warps,
         num_stages=num_stages,
         precision=precision,
+        output_block_n=output_block_n,
+        output_warps=output_warps,
+        output_stages=output_stages,
     )
     if not reasons:
         per_thread = estimate_registers_per_thread(
@@ -992,7 +1007,9 @@ def polynomial_attention(
     exact_kwargs: Mapping[str, Any] | None = None,
     row_norm: bool = False,
     stats_first: bool = False,
+    output_block_n: int | None = None,
     output_warps: int | None = None,
+    output_stages: int | None = None,
 ) -> torch.Tensor:
     """Causal polynomial attention (see the module docstring); returns ``out``.
 
@@ -1007,7 +1024,9 @@ def polynomial_attention(
     plain weights' bias that does not shrink with the key count; it costs a second pass
     of score dots over the intra-chunk keys. ``stats_first`` (with ``row_norm``): the
     row statistics before the prefix dots, one accumulator fewer in kernel 2 (see
-    ``_output_kernel``). ``output_warps``: kernel 2's warps (default ``num_warps``).
+    ``_output_kernel``). ``output_block_n``, ``output_warps``, ``output_stages``: kernel
+    2's own keys a step, warps and stages (default: ``block_n``, ``num_warps``,
+    ``num_stages``).
     Allocates :func:`workspace_bytes`. Never synchronises the device.
     """
     _check_causal(causal)
@@ -1025,10 +1044,10 @@ def polynomial_attention(
         num_warps=num_warps,
         num_stages=num_stages,
         precision=precision,
+        output_block_n=output_block_n,
+        output_warps=output_warps,
+        output_stages=output_stages,
     )
-    output_warps = num_warps if output_warps is None else output_warps
-    if output_warps not in SUPPORTED_NUM_WARPS:
-        errors.append(f"output_warps={output_warps} must be one of {SUPPORTED_NUM_WARPS}")
     if errors:
         raise ValueError("; ".join(errors))
     if isinstance(exact_prefix, bool) or not isinstance(exact_prefix, int) or exact_prefix < 0:
@@ -1129,7 +1148,7 @@ def polynomial_attention(
         sqrt_scale,
         CHUNK=chunk,
         BLOCK_M=block_m,
-        BLOCK_N=block_n,
+        BLOCK_N=block_n if output_block_n is None else output_block_n,
         BLOCK_D=block_d,
         TILE=feature_tile,
         NUM_TILES=tiles,
@@ -1138,8 +1157,8 @@ def polynomial_attention(
         EMULATE_BF16_DOT=emulate,
         ROW_NORM=bool(row_norm),
         STATS_FIRST=bool(stats_first),
-        num_warps=output_warps,
-        num_stages=num_stages,
+        num_warps=num_warps if output_warps is None else output_warps,
+        num_stages=num_stages if output_stages is None else output_stages,
     )
     return out
 
@@ -1228,7 +1247,8 @@ def guarded_attention(
     num_warps, num_stages, precision; precision defaults to ``precision``); otherwise
     :func:`polynomial_attention` with ``chunk``, ``exact_prefix``, ``precision``,
     ``exact_kwargs`` and ``polynomial_kwargs`` (block_m, block_n, feature_tile, num_warps,
-    num_stages, output_warps), ``row_norm`` and ``stats_first``. Both paths' arguments are
+    num_stages, output_block_n, output_warps, output_stages), ``row_norm`` and
+    ``stats_first``. Both paths' arguments are
     validated before the spread is read.
     """
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
@@ -1240,7 +1260,16 @@ def guarded_attention(
     check_qkv(q, k, v, precision)
     exact = _exact_kwargs(exact_kwargs, precision)
     poly = dict(polynomial_kwargs or {})
-    allowed = ("block_m", "block_n", "feature_tile", "num_warps", "num_stages", "output_warps")
+    allowed = (
+        "block_m",
+        "block_n",
+        "feature_tile",
+        "num_warps",
+        "num_stages",
+        "output_block_n",
+        "output_warps",
+        "output_stages",
+    )
     for key in poly:
         if key not in allowed:
             raise ValueError(
@@ -1257,12 +1286,9 @@ def guarded_attention(
             "feature_tile": 8,
             "num_warps": 4,
             "num_stages": 2,
-            **{key: value for key, value in poly.items() if key != "output_warps"},
+            **poly,
         },
     )
-    output_warps = poly.get("output_warps", poly.get("num_warps", 4))
-    if output_warps not in SUPPORTED_NUM_WARPS:
-        errors.append(f"output_warps={output_warps} must be one of {SUPPORTED_NUM_WARPS}")
     if stats_first and not row_norm:
         errors.append("stats_first=True needs row_norm=True (it orders the row statistics)")
     if errors:

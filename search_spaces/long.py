@@ -15,6 +15,8 @@ _TILES = {"attn_block_m": 128, "attn_block_n": 64, "attn_warps": 8, "attn_stages
 # 2.25 keeps every official call polynomial and sends every doubled one to exact attention.
 _GUARD = 2.25
 _POLY = {"attention": "polynomial", **_FP16, "poly_chunk": 256, "poly_guard": _GUARD, **_TILES}
+# The output kernel's fastest settings measured (row weights only).
+_POLY_OUT = {"poly_stats_first": True, "poly_out_block_n": 32, "poly_out_stages": 3}
 
 SPACE = {
     "name": "gpu-long",
@@ -50,6 +52,16 @@ SPACE = {
         # lose the Taylor weights' bias that does not shrink with the key count (CPU float64
         # study, scripts/poly_guard_study.py: worst share 4.9x lower at rows 12-16k).
         {"name": "poly_norm", "values": ["taylor", "row"], "when": {"attention": ["polynomial"]}},
+        # The output kernel (H200, one sequence of case 14, scripts/poly_tiles.py, session
+        # 13): 9.54 ms with 54 spilled registers a thread; row statistics first 4.56 ms, no
+        # spills; with 32 keys a step and 3 stages 3.25 ms.
+        {
+            "name": "poly_stats_first",
+            "values": [False, True],
+            "when": {"attention": ["polynomial"], "poly_norm": ["row"]},
+        },
+        {"name": "poly_out_block_n", "values": [0, 32], "when": {"attention": ["polynomial"]}},
+        {"name": "poly_out_stages", "values": [0, 3], "when": {"attention": ["polynomial"]}},
         {"name": "host_io", "values": [False, True]},
         {
             "name": "attn_block_m",
@@ -73,6 +85,7 @@ SPACE = {
     ],
     "fixed": {"heads": "strided", "mask": "elide"},
     "enqueue": [
+        {**_POLY, "poly_exact_prefix": 2048, "poly_norm": "row", **_POLY_OUT},
         {**_POLY, "poly_exact_prefix": 2048, "poly_norm": "row"},
         {**_POLY, "poly_exact_prefix": 1024},
         {"attention": "triton", **_FP16, **_TILES, "mask_bounds": True},

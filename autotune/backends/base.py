@@ -75,12 +75,20 @@ class AttentionBackend(Backend):
     def reasons(
         self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
     ) -> list[str]:
+        reasons = []
         if plan.query_chunk and not self.takes_query_chunk:
-            return [
+            reasons.append(
                 f"query_chunk={plan.query_chunk} applies to attention=reference (the fused "
                 f"backends never hold the scores), got attention={self.value}"
-            ]
-        return []
+            )
+        if self.value != "polynomial":
+            for knob in ("poly_stats_first", "poly_out_block_n", "poly_out_stages"):
+                if getattr(plan, knob):
+                    reasons.append(
+                        f"{knob}={getattr(plan, knob)} applies to attention=polynomial (its "
+                        f"output kernel), got attention={self.value}"
+                    )
+        return reasons
 
     def needs_mask_kind(self, plan: Any) -> bool:
         """Whether a call must know the mask's kind (none, right-padded, general), which

@@ -16,6 +16,12 @@ from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
 
 
+def output_kwargs(plan: Any) -> dict[str, int]:
+    """The output kernel's own settings the plan sets (0: the kernels' shared default)."""
+    kwargs = {"output_block_n": plan.poly_out_block_n, "output_stages": plan.poly_out_stages}
+    return {key: value for key, value in kwargs.items() if value}
+
+
 @register
 class PolynomialAttention(AttentionBackend):
     value = "polynomial"
@@ -37,6 +43,11 @@ class PolynomialAttention(AttentionBackend):
             reasons.append(
                 "attention=polynomial reads its guard on the host each layer; set cuda_graph false"
             )
+        if plan.poly_stats_first and plan.poly_norm != "row":
+            reasons.append(
+                "poly_stats_first=True orders the row statistics of poly_norm=row; got "
+                f"poly_norm={plan.poly_norm}"
+            )
         return reasons
 
     def kernel_reasons(
@@ -53,6 +64,7 @@ class PolynomialAttention(AttentionBackend):
             capability=device.capability,
             device_type=device.type,
             smem_bytes=device.smem_per_block or None,
+            **output_kwargs(plan),
         )
 
     def attend(self, call: AttentionCall) -> Tensor:
@@ -77,7 +89,9 @@ class PolynomialAttention(AttentionBackend):
             precision=precision,
             out=out.view(shape),
             exact_kwargs=tiles(plan).kwargs() | {"precision": precision},
+            polynomial_kwargs=output_kwargs(plan),
             row_norm=plan.poly_norm == "row",
+            stats_first=plan.poly_stats_first,
         )
         call.guard_log.append(decision)
         return out

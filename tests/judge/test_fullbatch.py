@@ -249,6 +249,56 @@ def test_poly_norm_reaches_the_kernel(cpu_device, monkeypatch) -> None:
     )
 
 
+def test_poly_output_kernel_knobs_reach_the_kernel(cpu_device, monkeypatch) -> None:
+    import kernels.polynomial as kp
+    from autotune.build import not_supported_reasons
+    from autotune.evaluate import evaluate_plan
+    from autotune.judge.gate import CaseBench
+
+    seen: list[dict] = []
+    real = kp.polynomial_attention
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kp, "polynomial_attention", spy)
+    case = parse_custom("1,40,32,2,48,1,causal")
+    bench = CaseBench(case, cpu_device)
+    base = {
+        "attention": "polynomial",
+        "attn_precision": "ieee",
+        "mask": "elide",
+        "poly_chunk": 64,
+        "poly_guard": 8.0,
+        "attn_block_m": 16,
+        "attn_block_n": 16,
+    }
+    plan = Plan(
+        **base, poly_norm="row", poly_stats_first=True, poly_out_block_n=16, poly_out_stages=3
+    )
+    assert not_supported_reasons(plan, case.config, cpu_device) == []
+    evaluate_plan(bench, plan, timing=None)
+    assert seen and all(
+        k["stats_first"] and k["output_block_n"] == 16 and k["output_stages"] == 3 for k in seen
+    )
+    # stats_first orders the row weights' statistics: refused with the Taylor weights, and
+    # the output kernel's knobs are refused under any other attention.
+    taylor = Plan(**base, poly_stats_first=True)
+    assert any("poly_norm=row" in r for r in not_supported_reasons(taylor, case.config, cpu_device))
+    triton = Plan(attention="triton", attn_precision="ieee", poly_out_block_n=32)
+    assert any(
+        "poly_out_block_n=32 applies to attention=polynomial" in r
+        for r in not_supported_reasons(triton, case.config, cpu_device)
+    )
+    too_wide = Plan(**base, poly_norm="row", poly_out_block_n=128)  # 128 keys > chunk 64
+    assert any(
+        "output_block_n=128 must be <= chunk=64" in r
+        for r in not_supported_reasons(too_wide, case.config, cpu_device)
+    )
+    assert "poly_stats_first" not in Plan().to_dict(full=False)
+
+
 def test_oracle_judged_timing_quotes_the_cached_oracle_time(cpu_device) -> None:
     from autotune.evaluate import evaluate_plan
     from autotune.judge.gate import CaseBench
