@@ -330,7 +330,7 @@ def _attention_fwd_kernel(
     out = acc / l_safe[:, None]
     tl.store(
         o_base + offs_m[:, None] * stride_os + offs_d[None, :],
-        out,
+        out.to(o_base.dtype.element_ty),  # fp32, or rounded once to a half output
         mask=row_ok[:, None] & d_ok[None, :],
     )
 
@@ -550,7 +550,8 @@ def attention(
     num_stages: int = 2,
     precision: str = "tf32",
 ) -> torch.Tensor:
-    """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``).
+    """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``
+    float32). ``out`` may be float16: computed in fp32, rounded once on the store.
 
     ``key_lengths`` [B]: keys at or past a row's length are masked (right padding).
     ``key_mask`` [B, S] bool (True = a real token): any key may be masked, exactly the

@@ -95,7 +95,8 @@ the GPU.
 Interface. As :func:`kernels.attention.attention`: q, k, v ``[B, S, H, hd]`` views with
 any strides (last-dim stride 1), e.g. slices of a packed QKV projection; fp32 inputs are
 converted to the operand type in the kernels, fp16 inputs (fp16 precision only) are used
-as is; ``out`` fp32 ``[B, S, H, hd]`` (may be a view). ``causal`` must be True. There is
+as is; ``out`` ``[B, S, H, hd]`` (may be a view) fp32, or fp16 (rounded once on the
+store). ``causal`` must be True. There is
 no key mask: with right padding and causal attention, valid rows never see a padded key,
 so a caller with right padding needs none (padded rows get garbage, which the layer
 zeroes anyway). Launchers never synchronise the device; :func:`guarded_attention` reads
@@ -697,7 +698,7 @@ def _output_kernel(
     out = num / den[:, None]
     tl.store(
         o_base + offs_m[:, None] * stride_os + offs_d[None, :],
-        out,
+        out.to(o_base.dtype.element_ty),  # fp32, or rounded once to a half output
         mask=(row_ok & (offs_m >= exact_prefix))[:, None] & d_ok[None, :],
     )
 

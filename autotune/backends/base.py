@@ -97,7 +97,9 @@ class AttentionBackend(Backend):
         return plan.mask == "elide" or not self.general_masks
 
     def attend(self, call: AttentionCall) -> Tensor:
-        """The attention context ``[B, S, D]`` in float32, before ``out_proj``."""
+        """The attention context ``[B, S, D]`` before ``out_proj``: float32, or the half
+        operand type of the plan's GEMMs (``precision.context_dtype``), which the output
+        projection rounds to anyway."""
         raise NotImplementedError
 
     def workspace_bytes(self, plan: Any, config: TransformerConfig, batch: int) -> int:

@@ -17,6 +17,13 @@ from autotune.core.device import DeviceInfo
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def context_dtype(plan: Any) -> torch.dtype:
+    """The dtype the project's attention kernels write their context in: float16 when the
+    GEMMs are fp16 (``linear`` rounds an fp32 context to it anyway, and the kernels round
+    once on their store, to nearest even: the same bits), else float32."""
+    return torch.float16 if plan.gemm_precision == "fp16" else torch.float32
+
+
 def triton_precision(prec: str) -> str:
     """The Triton kernels' name of an operand precision (fp32 is their tf32)."""
     return "tf32" if prec == "fp32" else prec

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from autotune.backends.base import AttentionBackend, AttentionCall, register
-from autotune.backends.precision import triton_precision
+from autotune.backends.precision import context_dtype, triton_precision
 from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
 
@@ -66,7 +66,7 @@ class TritonAttention(AttentionBackend):
         )
         b, s, d = call.q.shape
         shape = (b, s, c.num_heads, c.head_dim)
-        out = torch.empty(b, s, d, device=call.q.device, dtype=torch.float32)
+        out = torch.empty(b, s, d, device=call.q.device, dtype=context_dtype(call.plan))
         attention(
             call.q.view(shape),
             call.k.view(shape),

@@ -142,6 +142,18 @@ def test_writes_into_out_view_of_model_dim_buffer_without_touching_padding(devic
     assert torch.isnan(buffer[..., heads * head_dim :]).all(), "wrote outside the out view"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16])
+def test_half_output_is_the_fp32_output_rounded_once(device: str, dtype: torch.dtype) -> None:
+    # The layer's output projection rounds the context to its half operand type anyway:
+    # a half out must give exactly those bits.
+    q, k, v = to_device(device, *packed_qkv(2, 37, 2, 16, seed=5))
+    tiles = {"block_m": 16, "block_n": 16, "precision": "fp16", "causal": True}
+    full = attention(q, k, v, **tiles)
+    half = attention(q, k, v, out=torch.empty(q.shape, dtype=dtype, device=device), **tiles)
+    assert half.dtype == dtype
+    assert torch.equal(half, full.to(dtype))
+
+
 def test_new_output_is_contiguous_and_viewable_as_batch_seq_model_dim(device: str) -> None:
     q, k, v = to_device(device, *packed_qkv(1, 37, 2, 8))
     result = attention(q, k, v, causal=False, block_m=16, block_n=16)
@@ -250,6 +262,9 @@ def test_rejects_out_of_wrong_shape() -> None:
     q = torch.randn(1, 16, 2, 16)
     with pytest.raises(ValueError, match=r"out has shape \(1, 16, 32\)"):
         attention(q, q, q, causal=True, out=torch.empty(1, 16, 32))
+    for dtype in (torch.float64, torch.bfloat16):
+        with pytest.raises(ValueError, match=rf"dtype {dtype}; expected \(1, 16, 2, 16\)"):
+            attention(q, q, q, causal=True, out=torch.empty(1, 16, 2, 16, dtype=dtype))
 
 
 def test_cpu_launch_of_a_compiled_kernel_asks_for_cuda_or_interpreter() -> None:

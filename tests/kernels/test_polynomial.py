@@ -422,6 +422,25 @@ def test_guard_decision_is_frozen() -> None:
 # --------------------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------------------
+def test_half_output_is_the_fp32_output_rounded_once(device: str) -> None:
+    # Exact prefix rows (the flash kernel) and polynomial rows both round once on the store.
+    q, k, v = on_device(device, *packed_qkv(2, 45, 2, 16, seed=21, std=0.3))
+    kwargs = {
+        "causal": True,
+        "chunk": 16,
+        "exact_prefix": 7,
+        "precision": "fp16",
+        "row_norm": True,
+        "stats_first": True,
+        **SMALL_TILES,
+        "exact_kwargs": EXACT_TILES,
+    }
+    full = polynomial_attention(q, k, v, **kwargs)
+    out = torch.empty(q.shape, dtype=torch.float16, device=device)
+    half = polynomial_attention(q, k, v, out=out, **kwargs)
+    assert torch.equal(half, full.half())
+
+
 def small() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return packed_qkv(1, 20, 1, 16)
 
