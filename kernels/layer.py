@@ -33,7 +33,8 @@ work is split where it parallelises:
 ``rows`` (three launches a layer, any sequence length):
   A1. qkv rows, grid ``cdiv(B*S, BLOCK_R)``: LayerNorm1 and the three projections into a
       packed ``[B, S, 3, H, hd]`` buffer (the attention operand dtype);
-  A2. :func:`kernels.attention.attention` (flash, any mask on the device) into ``ctx``;
+  A2. :func:`kernels.attention.attention` (flash, any mask on the device) into ``ctx``
+      (fp16 when the GEMM operands are fp16);
   B.  post rows, as above.
 
 Arithmetic follows shared/REFERENCE.md ("Model"): LayerNorm (biased variance, eps 1e-5),
@@ -1128,7 +1129,14 @@ def layer_stack(
     if variant == "seq":
         return _seq_stack(x, out, layers, final_norm, mask_bytes, num_heads, causal, tiling,
                           gemm_precision, attn_precision)  # fmt: skip
-    ctx_dtype = _DTYPES.get(gemm_precision, torch.float32) if variant == "heads" else torch.float32
+    # The context in the post-rows kernel's operand type: heads writes it itself; rows' flash
+    # attention rounds once on its store (fp16 only: kernels._common.OUT_DTYPES), which is
+    # what post rows' to_operand did to an fp32 context (the same bits, half the bytes).
+    ctx_dtype = torch.float32
+    if variant == "heads":
+        ctx_dtype = _DTYPES.get(gemm_precision, torch.float32)
+    elif gemm_precision == "fp16":
+        ctx_dtype = torch.float16
     ctx = torch.empty(x.shape, device=x.device, dtype=ctx_dtype)
     qkv = None
     if variant == "rows":
