@@ -204,6 +204,101 @@ def polynomial_reference(
 # Kernels
 # --------------------------------------------------------------------------------------
 @triton.jit
+def _linear_step(
+    k_base, v_base, stride_ks, stride_vs, offs_n, offs_d, d_ok, sqrt_scale, lin_acc, lin_z,
+    v_sum, EVEN_D: tl.constexpr, PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """One key block into the constant + linear block's running sums."""
+    kt_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None]
+    v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
+    if EVEN_D:
+        kt = tl.load(kt_ptrs).to(tl.float32)
+        v = tl.load(v_ptrs)
+    else:
+        kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0).to(tl.float32)
+        v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+    kt = kt * sqrt_scale
+    lin_acc = dot(
+        to_operand(kt, PRECISION, EMULATE_BF16_DOT),
+        to_operand(v, PRECISION, EMULATE_BF16_DOT),
+        lin_acc,
+        PRECISION,
+        EMULATE_BF16_DOT,
+    )
+    return lin_acc, lin_z + tl.sum(kt, 1), v_sum + tl.sum(v.to(tl.float32), 0)
+
+
+@triton.jit
+def _store_linear(
+    ws_num_ptr, ws_den_ptr, snap_row, snap, offs_d, d_ok, head_dim, lin_acc, lin_z, v_sum,
+    CHUNK: tl.constexpr, NUM_FEATURES: tl.constexpr,
+):  # fmt: skip
+    """Snapshot ``snap`` (workspace row ``snap_row``) of the constant + linear block."""
+    inv = 1.0 / ((snap + 1) * CHUNK)
+    num_base = ws_num_ptr + snap_row * (NUM_FEATURES * head_dim)
+    den_base = ws_den_ptr + snap_row * NUM_FEATURES
+    tl.store(num_base + offs_d, (v_sum * inv).to(ws_num_ptr.dtype.element_ty), mask=d_ok)
+    tl.store(den_base, 1.0)
+    tl.store(
+        num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
+        (lin_acc * inv).to(ws_num_ptr.dtype.element_ty),
+        mask=d_ok[None, :],
+    )
+    tl.store(den_base + 1 + offs_d, lin_z * inv)
+
+
+@triton.jit
+def _quad_step(
+    k_base, v_base, stride_ks, stride_vs, offs_n, offs_a, offs_b, a_ok, b_ok, offs_d, d_ok,
+    weight, quad_acc, quad_z,
+    TILE: tl.constexpr, BLOCK_N: tl.constexpr, EVEN_D: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """One key block into a quadratic tile pair's running sums."""
+    ka_ptrs = k_base + offs_n[None, :] * stride_ks + offs_a[:, None]
+    kb_ptrs = k_base + offs_n[None, :] * stride_ks + offs_b[:, None]
+    v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
+    if EVEN_D:
+        ka = tl.load(ka_ptrs).to(tl.float32)
+        kb = tl.load(kb_ptrs).to(tl.float32)
+        v = tl.load(v_ptrs)
+    else:
+        ka = tl.load(ka_ptrs, mask=a_ok[:, None], other=0.0).to(tl.float32)
+        kb = tl.load(kb_ptrs, mask=b_ok[:, None], other=0.0).to(tl.float32)
+        v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
+    feat = tl.reshape(ka[:, None, :] * kb[None, :, :], (TILE * TILE, BLOCK_N))
+    feat = feat * weight
+    quad_acc = dot(
+        to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+        to_operand(v, PRECISION, EMULATE_BF16_DOT),
+        quad_acc,
+        PRECISION,
+        EMULATE_BF16_DOT,
+    )
+    return quad_acc, quad_z + tl.sum(feat, 1)
+
+
+@triton.jit
+def _store_quad(
+    ws_num_ptr, ws_den_ptr, snap_row, snap, fb, offs_d, d_ok, head_dim, quad_acc, quad_z,
+    CHUNK: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
+    NUM_FEATURES: tl.constexpr,
+):  # fmt: skip
+    """Snapshot ``snap`` (workspace row ``snap_row``) of quadratic feature block ``fb``."""
+    inv = 1.0 / ((snap + 1) * CHUNK)
+    row0 = 1 + BLOCK_D + (fb - 1) * (TILE * TILE)
+    offs_f = row0 + tl.arange(0, TILE * TILE)
+    num_base = ws_num_ptr + snap_row * (NUM_FEATURES * head_dim)
+    den_base = ws_den_ptr + snap_row * NUM_FEATURES
+    tl.store(
+        num_base + offs_f[:, None] * head_dim + offs_d[None, :],
+        (quad_acc * inv).to(ws_num_ptr.dtype.element_ty),
+        mask=d_ok[None, :],
+    )
+    tl.store(den_base + offs_f, quad_z * inv)
+
+
+@triton.jit
 def _prefix_state_kernel(
     k_ptr,
     v_ptr,
@@ -228,14 +323,19 @@ def _prefix_state_kernel(
     EVEN_D: tl.constexpr,
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
+    FLAT: tl.constexpr,
 ):
     """Exclusive prefix states (divided by their key count) at every chunk boundary.
 
     Program = (batch * head, feature block); feature block 0 is the constant + linear
     features, block ``1 + t`` the t-th quadratic tile pair (A <= B, row-major). Only
     full chunks (all but the last) enter a snapshot, so no key is ever masked here.
+    ``FLAT``: one loop over every key block, a snapshot stored after a chunk's last block
+    (the same sums in the same order), so that the compiler's software pipelining spans
+    chunk boundaries; otherwise a loop over chunks around a loop over their key blocks.
     """
     num_blocks = 1 + NUM_TILES * (NUM_TILES + 1) // 2
+    steps: tl.constexpr = CHUNK // BLOCK_N
     pid = tl.program_id(0)
     fb = pid % num_blocks
     bh = pid // num_blocks
@@ -251,42 +351,30 @@ def _prefix_state_kernel(
         lin_acc = tl.zeros([BLOCK_D, BLOCK_D], dtype=tl.float32)
         lin_z = tl.zeros([BLOCK_D], dtype=tl.float32)
         v_sum = tl.zeros([BLOCK_D], dtype=tl.float32)
-        for snap in range(0, num_snapshots):
-            for sub in range(0, CHUNK, BLOCK_N):
-                offs_n = snap * CHUNK + sub + offs_n0
-                kt_ptrs = k_base + offs_n[None, :] * stride_ks + offs_d[:, None]
-                v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
-                if EVEN_D:
-                    kt = tl.load(kt_ptrs).to(tl.float32)
-                    v = tl.load(v_ptrs)
-                else:
-                    kt = tl.load(kt_ptrs, mask=d_ok[:, None], other=0.0).to(tl.float32)
-                    v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-                kt = kt * sqrt_scale
-                lin_acc = dot(
-                    to_operand(kt, PRECISION, EMULATE_BF16_DOT),
-                    to_operand(v, PRECISION, EMULATE_BF16_DOT),
-                    lin_acc,
-                    PRECISION,
-                    EMULATE_BF16_DOT,
-                )
-                lin_z += tl.sum(kt, 1)
-                v_sum += tl.sum(v.to(tl.float32), 0)
-            inv = 1.0 / ((snap + 1) * CHUNK)
-            num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
-            den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
-            tl.store(
-                num_base + offs_d,
-                (v_sum * inv).to(ws_num_ptr.dtype.element_ty),
-                mask=d_ok,
-            )
-            tl.store(den_base, 1.0)
-            tl.store(
-                num_base + (1 + offs_d)[:, None] * head_dim + offs_d[None, :],
-                (lin_acc * inv).to(ws_num_ptr.dtype.element_ty),
-                mask=d_ok[None, :],
-            )
-            tl.store(den_base + 1 + offs_d, lin_z * inv)
+        if FLAT:
+            for it in range(0, num_snapshots * steps):
+                lin_acc, lin_z, v_sum = _linear_step(
+                    k_base, v_base, stride_ks, stride_vs, it * BLOCK_N + offs_n0, offs_d, d_ok,
+                    sqrt_scale, lin_acc, lin_z, v_sum, EVEN_D, PRECISION, EMULATE_BF16_DOT,
+                )  # fmt: skip
+                if it % steps == steps - 1:
+                    snap = it // steps
+                    _store_linear(
+                        ws_num_ptr, ws_den_ptr, snap_base + snap, snap, offs_d, d_ok, head_dim,
+                        lin_acc, lin_z, v_sum, CHUNK, NUM_FEATURES,
+                    )  # fmt: skip
+        else:
+            for snap in range(0, num_snapshots):
+                for sub in range(0, CHUNK, BLOCK_N):
+                    lin_acc, lin_z, v_sum = _linear_step(
+                        k_base, v_base, stride_ks, stride_vs, snap * CHUNK + sub + offs_n0,
+                        offs_d, d_ok, sqrt_scale, lin_acc, lin_z, v_sum, EVEN_D, PRECISION,
+                        EMULATE_BF16_DOT,
+                    )  # fmt: skip
+                _store_linear(
+                    ws_num_ptr, ws_den_ptr, snap_base + snap, snap, offs_d, d_ok, head_dim,
+                    lin_acc, lin_z, v_sum, CHUNK, NUM_FEATURES,
+                )  # fmt: skip
     else:
         # Quadratic tile pair number fb - 1 -> (tile_a, tile_b), tile_a <= tile_b.
         rest = fb - 1
@@ -306,41 +394,31 @@ def _prefix_state_kernel(
         b_ok = offs_b < head_dim
         quad_acc = tl.zeros([TILE * TILE, BLOCK_D], dtype=tl.float32)
         quad_z = tl.zeros([TILE * TILE], dtype=tl.float32)
-        for snap in range(0, num_snapshots):
-            for sub in range(0, CHUNK, BLOCK_N):
-                offs_n = snap * CHUNK + sub + offs_n0
-                ka_ptrs = k_base + offs_n[None, :] * stride_ks + offs_a[:, None]
-                kb_ptrs = k_base + offs_n[None, :] * stride_ks + offs_b[:, None]
-                v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :]
-                if EVEN_D:
-                    ka = tl.load(ka_ptrs).to(tl.float32)
-                    kb = tl.load(kb_ptrs).to(tl.float32)
-                    v = tl.load(v_ptrs)
-                else:
-                    ka = tl.load(ka_ptrs, mask=a_ok[:, None], other=0.0).to(tl.float32)
-                    kb = tl.load(kb_ptrs, mask=b_ok[:, None], other=0.0).to(tl.float32)
-                    v = tl.load(v_ptrs, mask=d_ok[None, :], other=0.0)
-                feat = tl.reshape(ka[:, None, :] * kb[None, :, :], (TILE * TILE, BLOCK_N))
-                feat = feat * weight
-                quad_acc = dot(
-                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                    to_operand(v, PRECISION, EMULATE_BF16_DOT),
-                    quad_acc,
-                    PRECISION,
-                    EMULATE_BF16_DOT,
-                )
-                quad_z += tl.sum(feat, 1)
-            inv = 1.0 / ((snap + 1) * CHUNK)
-            row0 = 1 + BLOCK_D + (fb - 1) * (TILE * TILE)
-            offs_f = row0 + tl.arange(0, TILE * TILE)
-            num_base = ws_num_ptr + (snap_base + snap) * (NUM_FEATURES * head_dim)
-            den_base = ws_den_ptr + (snap_base + snap) * NUM_FEATURES
-            tl.store(
-                num_base + offs_f[:, None] * head_dim + offs_d[None, :],
-                (quad_acc * inv).to(ws_num_ptr.dtype.element_ty),
-                mask=d_ok[None, :],
-            )
-            tl.store(den_base + offs_f, quad_z * inv)
+        if FLAT:
+            for it in range(0, num_snapshots * steps):
+                quad_acc, quad_z = _quad_step(
+                    k_base, v_base, stride_ks, stride_vs, it * BLOCK_N + offs_n0, offs_a, offs_b,
+                    a_ok, b_ok, offs_d, d_ok, weight, quad_acc, quad_z,
+                    TILE, BLOCK_N, EVEN_D, PRECISION, EMULATE_BF16_DOT,
+                )  # fmt: skip
+                if it % steps == steps - 1:
+                    snap = it // steps
+                    _store_quad(
+                        ws_num_ptr, ws_den_ptr, snap_base + snap, snap, fb, offs_d, d_ok,
+                        head_dim, quad_acc, quad_z, CHUNK, BLOCK_D, TILE, NUM_FEATURES,
+                    )  # fmt: skip
+        else:
+            for snap in range(0, num_snapshots):
+                for sub in range(0, CHUNK, BLOCK_N):
+                    quad_acc, quad_z = _quad_step(
+                        k_base, v_base, stride_ks, stride_vs, snap * CHUNK + sub + offs_n0,
+                        offs_a, offs_b, a_ok, b_ok, offs_d, d_ok, weight, quad_acc, quad_z,
+                        TILE, BLOCK_N, EVEN_D, PRECISION, EMULATE_BF16_DOT,
+                    )  # fmt: skip
+                _store_quad(
+                    ws_num_ptr, ws_den_ptr, snap_base + snap, snap, fb, offs_d, d_ok,
+                    head_dim, quad_acc, quad_z, CHUNK, BLOCK_D, TILE, NUM_FEATURES,
+                )  # fmt: skip
 
 
 @triton.jit
@@ -1011,6 +1089,7 @@ def polynomial_attention(
     output_block_n: int | None = None,
     output_warps: int | None = None,
     output_stages: int | None = None,
+    prefix_flat: bool = False,
 ) -> torch.Tensor:
     """Causal polynomial attention (see the module docstring); returns ``out``.
 
@@ -1027,8 +1106,9 @@ def polynomial_attention(
     row statistics before the prefix dots, one accumulator fewer in kernel 2 (see
     ``_output_kernel``). ``output_block_n``, ``output_warps``, ``output_stages``: kernel
     2's own keys a step, warps and stages (default: ``block_n``, ``num_warps``,
-    ``num_stages``).
-    Allocates :func:`workspace_bytes`. Never synchronises the device.
+    ``num_stages``). ``prefix_flat``: kernel 1 as one loop over all key blocks (see
+    ``_prefix_state_kernel``; the same sums). Allocates :func:`workspace_bytes`. Never
+    synchronises the device.
     """
     _check_causal(causal)
     if stats_first and not row_norm:
@@ -1115,6 +1195,7 @@ def polynomial_attention(
             EVEN_D=block_d == head_dim,
             PRECISION=precision,
             EMULATE_BF16_DOT=emulate,
+            FLAT=bool(prefix_flat),
             num_warps=num_warps,
             num_stages=num_stages,
         )
@@ -1248,8 +1329,8 @@ def guarded_attention(
     num_warps, num_stages, precision; precision defaults to ``precision``); otherwise
     :func:`polynomial_attention` with ``chunk``, ``exact_prefix``, ``precision``,
     ``exact_kwargs`` and ``polynomial_kwargs`` (block_m, block_n, feature_tile, num_warps,
-    num_stages, output_block_n, output_warps, output_stages), ``row_norm`` and
-    ``stats_first``. Both paths' arguments are
+    num_stages, output_block_n, output_warps, output_stages, prefix_flat), ``row_norm``
+    and ``stats_first``. Both paths' arguments are
     validated before the spread is read.
     """
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
@@ -1270,6 +1351,7 @@ def guarded_attention(
         "output_block_n",
         "output_warps",
         "output_stages",
+        "prefix_flat",
     )
     for key in poly:
         if key not in allowed:
@@ -1287,7 +1369,7 @@ def guarded_attention(
             "feature_tile": 8,
             "num_warps": 4,
             "num_stages": 2,
-            **poly,
+            **{key: value for key, value in poly.items() if key != "prefix_flat"},
         },
     )
     if stats_first and not row_norm:

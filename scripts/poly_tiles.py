@@ -48,6 +48,29 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "stats_first_ft16": {"stats_first": True, "feature_tile": 16},
     "stats_first_ft4": {"stats_first": True, "feature_tile": 4},
     "stats_first_bn32_stages3": {"stats_first": True, "block_n": 32, "num_stages": 3},
+    # The output kernel's fastest (session 13) with kernel 1 as one flat loop (3 or 4 stages
+    # there: num_stages is kernel 1's when kernel 2 has its own).
+    "out_best": {"stats_first": True, "output_block_n": 32, "output_stages": 3},
+    "out_best_flat": {
+        "stats_first": True,
+        "output_block_n": 32,
+        "output_stages": 3,
+        "prefix_flat": True,
+    },
+    "out_best_flat_s3": {
+        "stats_first": True,
+        "output_block_n": 32,
+        "output_stages": 3,
+        "prefix_flat": True,
+        "num_stages": 3,
+    },
+    "out_best_flat_s4": {
+        "stats_first": True,
+        "output_block_n": 32,
+        "output_stages": 3,
+        "prefix_flat": True,
+        "num_stages": 4,
+    },
     "stats_first_bm128_bn32_out8w": {
         "stats_first": True,
         "block_m": 128,

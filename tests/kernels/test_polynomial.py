@@ -441,6 +441,16 @@ def test_half_output_is_the_fp32_output_rounded_once(device: str) -> None:
     assert torch.equal(half, full.half())
 
 
+def test_flat_prefix_scan_gives_the_same_bits(device: str) -> None:
+    # One loop over all key blocks, snapshots after each chunk's last block: the same sums
+    # in the same order as the chunk-by-chunk loops (two blocks a chunk here).
+    q, k, v = on_device(device, *packed_qkv(2, 70, 2, 12, seed=22, std=0.3))
+    kwargs = {"causal": True, "chunk": 32, "precision": "ieee", "row_norm": True, **SMALL_TILES}
+    nested = polynomial_attention(q, k, v, **kwargs)
+    flat = polynomial_attention(q, k, v, prefix_flat=True, **kwargs)
+    assert torch.equal(flat, nested)
+
+
 def small() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return packed_qkv(1, 20, 1, 16)
 
