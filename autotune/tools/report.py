@@ -324,13 +324,15 @@ def efficiency_markdown(paths: list[str], out: Path) -> list[str]:
         head = record["header"]
         best = record["exhaustive_best"]
         png = Path(path).with_name("efficiency.png")
-        name = f"efficiency_{head['profile']}_{head['case']}.png"
+        # The record's folder names it: several records of one case keep their own curves.
+        folder = Path(path).resolve().parent.name
+        name = f"efficiency_{head['profile']}_{head['case']}_{folder}.png"
         if png.is_file():
             shutil.copyfile(png, out / name)
         lines += [
             f"### Case {head['case']} ({head['profile']}"
             + (", emulated" if head.get("emulated") else "")
-            + f"), space `{head['space']}`",
+            + f"), space `{head['space']}`, record `{folder}`",
             "",
             f"{record['space_size']} plans, {record['exhaustive_seconds']:.0f} s to measure "
             f"them all; exhaustive best {1 / best['latency']:.2f}x over the reference. "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -306,3 +307,31 @@ def test_efficiency_cli_replays_with_a_measured_budget(tmp_path, capsys) -> None
     with pytest.raises(SystemExit):
         cli("efficiency --help")
     assert f"(default {MAX_FREE_STREAK}:" in " ".join(capsys.readouterr().out.split())
+
+
+def test_report_keeps_each_records_curves_apart(tmp_path: Path) -> None:
+    # Two records of one case (say the 200-seed and the 10-seed replays) in two folders:
+    # each keeps its own curve image and names its folder in its heading.
+    from autotune.tools.report import efficiency_markdown
+
+    paths = []
+    for folder in ("case2_tpe200", "case2_measured"):
+        (tmp_path / folder).mkdir()
+        record = {
+            "header": {"profile": "h200", "case": "2", "space": "s.py", "emulated": False},
+            "exhaustive_best": {"latency": 0.05},
+            "space_size": 152,
+            "exhaustive_seconds": 54.0,
+            "command": f"autotune efficiency --out {folder}",
+            "rows": [{"sampler": "tpe", "median": 16}],
+        }
+        (tmp_path / folder / "efficiency.json").write_text(json.dumps(record))
+        (tmp_path / folder / "efficiency.png").write_bytes(folder.encode())
+        paths.append(str(tmp_path / folder / "efficiency.json"))
+    out = tmp_path / "report"
+    out.mkdir()
+    text = "\n".join(efficiency_markdown(paths, out))
+    for folder in ("case2_tpe200", "case2_measured"):
+        image = out / f"efficiency_h200_2_{folder}.png"
+        assert image.read_bytes() == folder.encode()
+        assert f"record `{folder}`" in text and f"]({image.name})" in text
