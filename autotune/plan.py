@@ -226,14 +226,16 @@ KNOBS: tuple[Knob, ...] = (
         "poly_out_block_n",
         0,
         "polynomial attention: keys a step of its output kernel (0: 64, as its prefix scan)",
-        choices=(0, 16, 32, 64, 128),
+        choices=(0, 16, 32),
+        needs={16: "attention=polynomial", 32: "attention=polynomial"},
         group="kernels",
     ),
     Knob(
         "poly_out_stages",
         0,
         "polynomial attention: pipeline stages of its output kernel (0: 2, as its prefix scan)",
-        choices=(0, 2, 3, 4),
+        choices=(0, 3, 4),
+        needs={3: "attention=polynomial", 4: "attention=polynomial"},
         group="kernels",
     ),
     Knob(

@@ -494,6 +494,9 @@ def test_rejects_head_dim_above_128_and_float64_inputs() -> None:
     [
         ({"stats_first": True}, r"stats_first=True needs row_norm=True"),
         ({"output_warps": 6}, r"output_warps=6 must be one of"),
+        ({"prefix_flat": 1}, r"prefix_flat=1 must be True or False"),
+        ({"output_block_n": 32, "chunk": 16}, r"output_block_n=32 must be <= chunk=16"),
+        ({"row_norm": "row"}, r"row_norm='row' must be True or False"),
     ],
 )
 def test_rejects_bad_kernel_two_options(kwargs: dict, message: str) -> None:
@@ -521,6 +524,8 @@ def test_rejects_fp16_inputs_with_an_fp32_precision() -> None:
         ({"exact_kwargs": {"warps": 4}}, r"exact_kwargs has unknown key 'warps'"),
         ({"sample_rows": 0}, r"sample_rows=0 must be an int >= 1"),
         ({"polynomial_kwargs": {"output_warps": 3}}, r"output_warps=3 must be one of"),
+        ({"polynomial_kwargs": {"prefix_flat": "no"}}, r"prefix_flat='no' must be True or False"),
+        ({"out": torch.empty(1, 20, 1, 16, dtype=torch.float64)}, r"dtype torch\.float64"),
         ({"stats_first": True}, r"stats_first=True needs row_norm=True"),
     ],
 )
