@@ -339,6 +339,18 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
     from autotune.runtime import load_table
 
     _oracle_only(monkeypatch)
+    # What is tested is the whole-batch evidence, not the timing gate: on a loaded 2-core
+    # machine a tiny case's rounds disagree by 30% or more and the export would keep the
+    # reference. Every passing finalist counts as a gain here (no noise, no minimum).
+    import autotune.evaluate as evaluate
+    import autotune.measure as measure
+    import autotune.ship.select as select
+
+    def quiet(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return dataclasses.replace(measure.paired_stats(*args, **kwargs), noise=0.0)
+
+    monkeypatch.setattr(evaluate, "paired_stats", quiet)
+    monkeypatch.setattr(select, "MIN_GAIN", -1.0)
     spec = "3,24,16,2,24,1,causal"
     db = f"sqlite:///{tmp_path / 's.db'}"
     assert (
