@@ -483,6 +483,45 @@ def _row_weights(
 
 
 @triton.jit
+def _quad_prefix(
+    q_base, stride_qs, offs_m, row_ok, num_base, den_base, offs_d, d_ok, head_dim,
+    sqrt_scale, acc, acc_den,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, TILE: tl.constexpr,
+    NUM_TILES: tl.constexpr, WITH_DEN: tl.constexpr, PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """The prefix snapshot's quadratic tile pairs (A <= B, in kernel 1's order) against a
+    query block: ``acc += phi_2(q') @ state`` and, with ``WITH_DEN``, ``acc_den +=
+    phi_2(q') . z``; the q' tiles are re-read (from the cache)."""
+    offs_t = tl.arange(0, TILE)
+    offs_f = tl.arange(0, TILE * TILE)
+    row0 = 1 + BLOCK_D
+    for tile_a in range(0, NUM_TILES):
+        qa = _q_tile(q_base, stride_qs, offs_m, row_ok, tile_a * TILE + offs_t, head_dim)
+        qa = qa * sqrt_scale
+        for tile_b in range(tile_a, NUM_TILES):
+            qb = _q_tile(q_base, stride_qs, offs_m, row_ok, tile_b * TILE + offs_t, head_dim)
+            qb = qb * sqrt_scale
+            feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
+            state = tl.load(
+                num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
+                mask=d_ok[None, :],
+                other=0.0,
+            )
+            acc = dot(
+                to_operand(feat, PRECISION, EMULATE_BF16_DOT),
+                to_operand(state, PRECISION, EMULATE_BF16_DOT),
+                acc,
+                PRECISION,
+                EMULATE_BF16_DOT,
+            )
+            if WITH_DEN:
+                acc_den += tl.sum(feat * tl.load(den_base + row0 + offs_f)[None, :], 1)
+            row0 += TILE * TILE
+    return acc, acc_den
+
+
+@triton.jit
 def _prefix_row_weighted(
     q, q_op, q_base, stride_qs, row_ok, ws_num_ptr, ws_den_ptr, k_base, stride_ks, bh,
     chunk, num_snapshots, hi, offs_m, offs_n0, offs_d, d_ok, seq_len, head_dim, sqrt_scale,
@@ -539,31 +578,11 @@ def _prefix_row_weighted(
             PRECISION,
             EMULATE_BF16_DOT,
         )
-        # Quadratic tile pairs (A <= B), in the kernel-1 order; the q' tiles are re-read
-        # (from the cache: this program loaded q above).
-        offs_t = tl.arange(0, TILE)
-        offs_f = tl.arange(0, TILE * TILE)
-        row0 = 1 + BLOCK_D
-        for tile_a in range(0, NUM_TILES):
-            qa = _q_tile(q_base, stride_qs, offs_m, row_ok, tile_a * TILE + offs_t, head_dim)
-            qa = qa * sqrt_scale
-            for tile_b in range(tile_a, NUM_TILES):
-                qb = _q_tile(q_base, stride_qs, offs_m, row_ok, tile_b * TILE + offs_t, head_dim)
-                qb = qb * sqrt_scale
-                feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
-                state = tl.load(
-                    num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
-                    mask=d_ok[None, :],
-                    other=0.0,
-                )
-                num = dot(
-                    to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                    to_operand(state, PRECISION, EMULATE_BF16_DOT),
-                    num,
-                    PRECISION,
-                    EMULATE_BF16_DOT,
-                )
-                row0 += TILE * TILE
+        num, _ = _quad_prefix(
+            q_base, stride_qs, offs_m, row_ok, num_base, den_base, offs_d, d_ok, head_dim,
+            sqrt_scale, num, s1, BLOCK_M, BLOCK_D, TILE, NUM_TILES, False, PRECISION,
+            EMULATE_BF16_DOT,
+        )  # fmt: skip
         num = num * count
     den = count * a_row + b_row * s1 + s2
     return num, den, a_row, b_row
@@ -697,42 +716,11 @@ def _output_kernel(
             else:
                 inter += const[None, :]
                 inter_den = 1.0 + tl.sum(q * z_lin[None, :], 1)
-            # Quadratic tile pairs (A <= B), in the kernel-1 order.
-            offs_t = tl.arange(0, TILE)
-            offs_f = tl.arange(0, TILE * TILE)
-            row0 = 1 + BLOCK_D
-            for tile_a in range(0, NUM_TILES):
-                offs_a = tile_a * TILE + offs_t
-                qa = tl.load(
-                    q_base + offs_m[:, None] * stride_qs + offs_a[None, :],
-                    mask=row_ok[:, None] & (offs_a < head_dim)[None, :],
-                    other=0.0,
-                )
-                qa = qa.to(tl.float32) * sqrt_scale
-                for tile_b in range(tile_a, NUM_TILES):
-                    offs_b = tile_b * TILE + offs_t
-                    qb = tl.load(
-                        q_base + offs_m[:, None] * stride_qs + offs_b[None, :],
-                        mask=row_ok[:, None] & (offs_b < head_dim)[None, :],
-                        other=0.0,
-                    )
-                    qb = qb.to(tl.float32) * sqrt_scale
-                    feat = tl.reshape(qa[:, :, None] * qb[:, None, :], (BLOCK_M, TILE * TILE))
-                    state = tl.load(
-                        num_base + (row0 + offs_f)[:, None] * head_dim + offs_d[None, :],
-                        mask=d_ok[None, :],
-                        other=0.0,
-                    )
-                    z = tl.load(den_base + row0 + offs_f)
-                    inter = dot(
-                        to_operand(feat, PRECISION, EMULATE_BF16_DOT),
-                        to_operand(state, PRECISION, EMULATE_BF16_DOT),
-                        inter,
-                        PRECISION,
-                        EMULATE_BF16_DOT,
-                    )
-                    inter_den += tl.sum(feat * z[None, :], 1)
-                    row0 += TILE * TILE
+            inter, inter_den = _quad_prefix(
+                q_base, stride_qs, offs_m, row_ok, num_base, den_base, offs_d, d_ok, head_dim,
+                sqrt_scale, inter, inter_den, BLOCK_M, BLOCK_D, TILE, NUM_TILES, True, PRECISION,
+                EMULATE_BF16_DOT,
+            )  # fmt: skip
             count = (chunk * CHUNK) * 1.0
             num = inter * count
             den = inter_den * count
