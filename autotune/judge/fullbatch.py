@@ -156,6 +156,21 @@ def oracle_batch_chunk(
     return max(1, min(config.batch_size, budget // per_seq))
 
 
+def _io_fits(io_bytes: int, capacity: int) -> bool:
+    """Whether a whole batch's input, output and the oracle's output (each ``io_bytes``,
+    with room to spare) fit ``capacity`` bytes of device memory."""
+    return 3.3 * io_bytes <= capacity
+
+
+def _from_host(route: Route, io_bytes: int) -> bool:
+    """Whether ``route`` runs its whole batch from host memory: a ``host_io`` plan always;
+    a capped (emulated) route when the batch's input and output do not fit its cap, as on
+    the real card (case 14 on a 16 GB card; case 6's 0.6 GiB input stays on the device)."""
+    return route.plan.host_io or (
+        route.capacity_bytes is not None and not _io_fits(io_bytes, route.capacity_bytes)
+    )
+
+
 def _set_cap(device: DeviceInfo, capacity: int | None) -> None:
     if device.type != "cuda" or not device.total_memory:
         return
@@ -243,17 +258,17 @@ def verify_full_batch(
                 rec.error = f"warm-up: {type(exc).__name__}: {exc}"[:300]
         _set_cap(device, None)
         del x1, m1
-        any_host = any(r.plan.host_io or r.capacity_bytes is not None for r in routes)
-        # Routes with the whole batch on the device first, then those streaming from host.
-        order = sorted(
-            range(len(routes)),
-            key=lambda i: routes[i].plan.host_io or routes[i].capacity_bytes is not None,
-        )
         # A device too small for the whole batch's input, output and the oracle's output
         # (a real 16 GB card at case 14) keeps them in host memory: the input is generated
         # on the device (the official generator), moved out, and the oracle streams it.
         io_bytes = config.batch_size * config.seq_len * config.d_model * 4
-        host_only = cuda and bool(device.total_memory) and 3.3 * io_bytes > device.total_memory
+        host_only = (
+            cuda and bool(device.total_memory) and not _io_fits(io_bytes, device.total_memory)
+        )
+        from_host = [_from_host(r, io_bytes) for r in routes]
+        any_host = any(from_host)
+        # Routes with the whole batch on the device first, then those streaming from host.
+        order = sorted(range(len(routes)), key=lambda i: from_host[i])
         for seed in seeds:
             t0 = time.perf_counter()
             x, mask = generate_random_case(
@@ -279,15 +294,11 @@ def verify_full_batch(
                 route, rec, model = routes[i], records[i], models[i]
                 if model is None or rec.error:
                     continue
-                where = (
-                    "host" if route.plan.host_io or route.capacity_bytes is not None else "device"
-                )
-                if host_only:
-                    where = "host"
+                where = "host" if from_host[i] or host_only else "device"
                 if where == "host" and not route.plan.host_io:
                     rec.error = (
                         "a capped route needs host_io=true: the whole batch's input and output "
-                        "do not fit its memory"
+                        f"({io_bytes / 2**30:.1f} GiB each) do not fit its memory"
                     )
                     log(f"{route.label}: {rec.error}")
                     continue

@@ -193,6 +193,21 @@ def test_host_io_needs_cuda_and_no_graph(cpu_device) -> None:
     assert device_io - host_io > 24 * 2**30 - 3 * 2**30
 
 
+def test_a_capped_route_streams_from_host_only_when_its_batch_does_not_fit(cpu_device) -> None:
+    from autotune.judge.fullbatch import _from_host
+
+    cap = 16 * 2**30  # the rtx5080 profile's memory
+    # Case 6's whole batch (10000 x 128 x 128 fp32, 0.6 GiB) fits a 16 GiB card: a capped
+    # route runs it from the device, host_io or not (session 14 refused it for want of host_io).
+    for case_id, fits in (("6", True), ("14", False)):
+        c = get_case(case_id).config
+        io_bytes = c.batch_size * c.seq_len * c.d_model * 4
+        capped = Route("rtx5080", Plan(), cpu_device, cap)
+        assert _from_host(capped, io_bytes) is not fits, case_id
+        assert _from_host(Route("x", Plan(host_io=True), cpu_device, cap), io_bytes)
+        assert not _from_host(Route("h200", Plan(), cpu_device), io_bytes)
+
+
 def test_polynomial_plan_runs_and_reports_its_guard(cpu_device) -> None:
     from autotune.evaluate import evaluate_plan
     from autotune.judge.gate import CaseBench
