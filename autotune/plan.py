@@ -239,6 +239,24 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "poly_prefix_flat",
+        False,
+        "polynomial attention: its prefix scan as one loop over every key block (pipelined "
+        "across chunk boundaries; the same sums in the same order)",
+        choices=(False, True),
+        needs={True: "attention=polynomial"},
+        group="kernels",
+    ),
+    Knob(
+        "poly_prefix_stages",
+        0,
+        "polynomial attention: pipeline stages of its prefix scan (0: 2; also the output "
+        "kernel's when poly_out_stages is 0)",
+        choices=(0, 3, 4),
+        needs={3: "attention=polynomial", 4: "attention=polynomial"},
+        group="kernels",
+    ),
+    Knob(
         "fused_block",
         False,
         "the whole pre-norm layer in two Triton launches (attention half, FFN half; the final "
@@ -337,6 +355,8 @@ class Plan:
     poly_stats_first: bool = False
     poly_out_block_n: int = 0
     poly_out_stages: int = 0
+    poly_prefix_flat: bool = False
+    poly_prefix_stages: int = 0
     fused_block: bool = False
     fused_layer: str = "none"
     row_block: int = 32

@@ -62,6 +62,14 @@ SPACE = {
         },
         {"name": "poly_out_block_n", "values": [0, 32], "when": {"attention": ["polynomial"]}},
         {"name": "poly_out_stages", "values": [0, 3], "when": {"attention": ["polynomial"]}},
+        # The prefix scan as one flat loop with 3 stages: 8.14 ms a sequence against 8.72
+        # (same process, scripts/poly_tiles.py, session 14).
+        {
+            "name": "poly_prefix_flat",
+            "values": [False, True],
+            "when": {"attention": ["polynomial"]},
+        },
+        {"name": "poly_prefix_stages", "values": [0, 3], "when": {"attention": ["polynomial"]}},
         {"name": "host_io", "values": [False, True]},
         {
             "name": "attn_block_m",

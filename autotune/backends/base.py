@@ -82,11 +82,17 @@ class AttentionBackend(Backend):
                 f"backends never hold the scores), got attention={self.value}"
             )
         if self.value != "polynomial":
-            for knob in ("poly_stats_first", "poly_out_block_n", "poly_out_stages"):
+            for knob in (
+                "poly_stats_first",
+                "poly_out_block_n",
+                "poly_out_stages",
+                "poly_prefix_flat",
+                "poly_prefix_stages",
+            ):
                 if getattr(plan, knob):
                     reasons.append(
                         f"{knob}={getattr(plan, knob)} applies to attention=polynomial (its "
-                        f"output kernel), got attention={self.value}"
+                        f"kernels), got attention={self.value}"
                     )
         return reasons
 

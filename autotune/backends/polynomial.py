@@ -17,9 +17,20 @@ from autotune.core.reference import TransformerConfig
 
 
 def output_kwargs(plan: Any) -> dict[str, int]:
-    """The output kernel's own settings the plan sets (0: the kernels' shared default)."""
-    kwargs = {"output_block_n": plan.poly_out_block_n, "output_stages": plan.poly_out_stages}
+    """The tiles of the polynomial kernels the plan sets (0: the kernels' default): the
+    output kernel's keys a step and stages, the prefix scan's stages."""
+    kwargs = {
+        "output_block_n": plan.poly_out_block_n,
+        "output_stages": plan.poly_out_stages,
+        "num_stages": plan.poly_prefix_stages,
+    }
     return {key: value for key, value in kwargs.items() if value}
+
+
+def polynomial_kwargs(plan: Any) -> dict[str, Any]:
+    """``polynomial_kwargs`` of :func:`kernels.polynomial.guarded_attention`: the tiles
+    (:func:`output_kwargs`) and the prefix scan's form."""
+    return output_kwargs(plan) | ({"prefix_flat": True} if plan.poly_prefix_flat else {})
 
 
 @register
@@ -89,7 +100,7 @@ class PolynomialAttention(AttentionBackend):
             precision=precision,
             out=out.view(shape),
             exact_kwargs=tiles(plan).kwargs() | {"precision": precision},
-            polynomial_kwargs=output_kwargs(plan),
+            polynomial_kwargs=polynomial_kwargs(plan),
             row_norm=plan.poly_norm == "row",
             stats_first=plan.poly_stats_first,
         )

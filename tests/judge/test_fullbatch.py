@@ -292,12 +292,29 @@ def test_poly_output_kernel_knobs_reach_the_kernel(cpu_device, monkeypatch) -> N
         "attn_block_n": 16,
     }
     plan = Plan(
-        **base, poly_norm="row", poly_stats_first=True, poly_out_block_n=16, poly_out_stages=3
+        **base,
+        poly_norm="row",
+        poly_stats_first=True,
+        poly_out_block_n=16,
+        poly_out_stages=3,
+        poly_prefix_flat=True,
+        poly_prefix_stages=4,
     )
     assert not_supported_reasons(plan, case.config, cpu_device) == []
     evaluate_plan(bench, plan, timing=None)
     assert seen and all(
-        k["stats_first"] and k["output_block_n"] == 16 and k["output_stages"] == 3 for k in seen
+        k["stats_first"]
+        and k["output_block_n"] == 16
+        and k["output_stages"] == 3
+        and k["prefix_flat"] is True
+        and k["num_stages"] == 4
+        for k in seen
+    )
+    # At their defaults the prefix scan's knobs leave the kernel's own defaults alone.
+    seen.clear()
+    evaluate_plan(bench, Plan(**base), timing=None)
+    assert seen and all(
+        not k.get("prefix_flat", False) and k.get("num_stages", 2) == 2 for k in seen
     )
     # stats_first orders the row weights' statistics: refused with the Taylor weights, and
     # the output kernel's knobs are refused under any other attention.
@@ -307,6 +324,11 @@ def test_poly_output_kernel_knobs_reach_the_kernel(cpu_device, monkeypatch) -> N
     assert any(
         "poly_out_block_n=32 applies to attention=polynomial" in r
         for r in not_supported_reasons(triton, case.config, cpu_device)
+    )
+    flat = Plan(attention="triton", attn_precision="ieee", poly_prefix_flat=True)
+    assert any(
+        "poly_prefix_flat=True applies to attention=polynomial" in r
+        for r in not_supported_reasons(flat, case.config, cpu_device)
     )
     # The new knobs at their defaults leave existing plans' identities alone: the table's
     # case-14 plan hashed 76c5ea25d7e2 before they existed (commit e4e7083).
