@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from autotune import backends
@@ -26,7 +25,6 @@ from autotune.backends import MASK_GENERAL, MASK_NONE, MASK_RIGHT_PADDED, Attent
 from autotune.backends.precision import DTYPES, linear
 from autotune.core.device import DeviceInfo
 from autotune.core.reference import (
-    LAYERNORM_EPS,
     ReferenceTransformer,
     TransformerConfig,
     settings_key,
@@ -366,7 +364,9 @@ class CandidateTransformer(ReferenceTransformer):
         # the cast kernels around every GEMM.
         half = DTYPES.get(self.plan.gemm_precision) if norm.half_io and ffn.half_io else None
         fp32 = torch.float32
-        h = F.layer_norm(x, (self.config.d_model,), *weights[0].n1, LAYERNORM_EPS)
+        # The first LayerNorm through the backend too: the Triton one writes the QKV GEMM's
+        # half operand in the same pass (no fp32 output and cast kernel after it).
+        _, h = norm.add_norm(x, None, *weights[0].n1, out_dtype=half or fp32)
         for i, w in enumerate(weights):
             a = self._attention(h, mask, kind, w, keep_half=half is not None)
             x, h = norm.add_norm(x, a, *w.n2, out_dtype=half or fp32)

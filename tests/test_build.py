@@ -452,8 +452,39 @@ def test_half_operands_handed_along_give_the_values_of_cast_kernels(
         monkeypatch.setattr(TritonNorm, "half_io", False)
         cast = build_candidate(plan, config, cpu_device, reference.state_dict())(x, mask)
         expected = reference(x, mask)
-    # with the hand-off every add + LayerNorm but the final one writes fp16
-    assert halves[:4] == [torch.float16, torch.float16, torch.float16, torch.float32]
+    # with the hand-off every LayerNorm (the first one too) but the final one writes fp16
+    assert halves[:5] == [torch.float16] * 4 + [torch.float32]
     assert torch.equal(handed, cast)
     assert handed.dtype == torch.float32
     assert check_outputs(handed, expected).passed
+
+
+def test_the_first_layernorm_goes_through_the_norm_backend(cpu_device, monkeypatch) -> None:
+    """With the Triton LayerNorm and fp16 GEMMs the first LayerNorm writes the QKV GEMM's
+    half operand itself (no torch LayerNorm and cast kernel before the first GEMM)."""
+    from autotune.backends.norm import TritonNorm
+
+    calls: list[tuple[bool, torch.dtype]] = []
+    real = TritonNorm.add_norm
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = kwargs.get("out_dtype", args[6] if len(args) > 6 else torch.float32)
+        calls.append((args[1] is None, out))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(TritonNorm, "add_norm", spy)
+    cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
+    plan = Plan(
+        attention="sdpa_math",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        qkv="packed",
+        layernorm="triton",
+        ffn_act="triton_epilogue",
+    )
+    model = build_candidate(plan, cfg, cpu_device)
+    with torch.inference_mode():
+        model(torch.randn(2, 8, 16), torch.ones(2, 8, dtype=torch.bool))
+    # first norm, then two per layer; only the first has no residual to add
+    assert calls[0] == (True, torch.float16)
+    assert len(calls) == 1 + 2 * cfg.num_layers and not any(none for none, _ in calls[1:])

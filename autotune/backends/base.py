@@ -123,16 +123,17 @@ class NormBackend(Backend):
     def add_norm(
         self,
         x: Tensor,
-        delta: Tensor,
+        delta: Tensor | None,
         weight: Tensor,
         bias: Tensor,
         rows: Tensor | None = None,
         zero_out: bool = False,
         out_dtype: torch.dtype = torch.float32,
     ) -> tuple[Tensor, Tensor]:
-        """``x + delta`` (fp32; ``delta`` may be half) and its LayerNorm as ``out_dtype``;
-        with ``rows`` (the token mask) the sum's padded rows are zeroed, and with
-        ``zero_out`` the normed output's too."""
+        """``x + delta`` (fp32; ``delta`` may be half; None: ``x`` itself, the first
+        layer's LayerNorm) and its LayerNorm as ``out_dtype``; with ``rows`` (the token
+        mask) the sum's padded rows are zeroed, and with ``zero_out`` the normed output's
+        too."""
         raise NotImplementedError
 
 

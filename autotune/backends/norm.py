@@ -18,7 +18,7 @@ class TorchNorm(NormBackend):
     def add_norm(
         self,
         x: Tensor,
-        delta: Tensor,
+        delta: Tensor | None,
         weight: Tensor,
         bias: Tensor,
         rows: Tensor | None = None,
@@ -26,7 +26,8 @@ class TorchNorm(NormBackend):
         out_dtype: torch.dtype = torch.float32,
     ) -> tuple[Tensor, Tensor]:
         padded = None if rows is None else ~rows.unsqueeze(-1)
-        x = x + delta.float()
+        if delta is not None:
+            x = x + delta.float()
         if padded is not None:
             x = x.masked_fill(padded, 0.0)
         h = F.layer_norm(x, (x.shape[-1],), weight, bias, LAYERNORM_EPS)
@@ -46,7 +47,7 @@ class TritonNorm(NormBackend):
     def add_norm(
         self,
         x: Tensor,
-        delta: Tensor,
+        delta: Tensor | None,
         weight: Tensor,
         bias: Tensor,
         rows: Tensor | None = None,
