@@ -81,7 +81,7 @@ def _bias_gelu_kernel(
     ok = (rows < num_rows)[:, None] & col_ok[None, :]
     offsets = rows.to(tl.int64)[:, None] * num_cols + cols[None, :]
     y = tl.load(y_ptr + offsets, mask=ok, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + cols, mask=col_ok, other=0.0)
+    b = tl.load(bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)  # half: exact upcast
     out = gelu_exact(y + b[None, :])
     tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=ok)
 
@@ -304,11 +304,13 @@ def _as_rows(name: str, t: torch.Tensor) -> torch.Tensor:
         ) from exc
 
 
-def _check_bias(bias: torch.Tensor, size: int) -> None:
-    if bias.shape != (size,) or bias.dtype != torch.float32 or bias.stride(0) != 1:
+def _check_bias(bias: torch.Tensor, size: int, half_ok: bool = False) -> None:
+    dtypes = (torch.float32, torch.float16, torch.bfloat16) if half_ok else (torch.float32,)
+    if bias.shape != (size,) or bias.dtype not in dtypes or bias.stride(0) != 1:
+        kinds = "float32, float16 or bfloat16" if half_ok else "float32"
         raise ValueError(
             f"bias has shape {tuple(bias.shape)}, dtype {bias.dtype}, strides {bias.stride()}; "
-            f"expected a contiguous float32 vector of {size}"
+            f"expected a contiguous {kinds} vector of {size}"
         )
 
 
@@ -323,7 +325,8 @@ def bias_gelu(
 ) -> torch.Tensor:
     """``GELU_exact(y + bias)`` over the last dim; into ``out``, into ``y`` (inplace) or new
     (y's dtype). ``y`` may be float32, float16 or bfloat16 (a half GEMM's output): the sum
-    and GELU are fp32, rounded once on store to ``out``'s dtype (float32 or y's)."""
+    and GELU are fp32, rounded once on store to ``out``'s dtype (float32 or y's). ``bias``
+    may be half too (a half GEMM's bias, upcast exactly in the kernel: no cast kernel)."""
     if not isinstance(y, torch.Tensor):
         raise ValueError(f"y must be a torch.Tensor, got {type(y).__name__}")
     dtypes = (torch.float32, torch.float16, torch.bfloat16)
@@ -333,7 +336,7 @@ def bias_gelu(
             "contiguous float32, float16 or bfloat16 [..., features] tensor (call .contiguous())"
         )
     num_cols = y.shape[-1]
-    _check_bias(bias, num_cols)
+    _check_bias(bias, num_cols, half_ok=True)
     if out is not None and inplace:
         raise ValueError("pass either out= or inplace=True, not both")
     errors = _bias_gelu_config_errors(num_cols=max(num_cols, 1), block=block, num_warps=num_warps)

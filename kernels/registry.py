@@ -265,15 +265,17 @@ def _linear_params(
 
 
 def _run_bias_gelu(device: str, half: bool = False) -> CheckResult:
-    """``half``: an fp16 GEMM output in, GELU'd in place in fp16 (the GEMM hand-off)."""
+    """``half``: an fp16 GEMM output and its fp16 bias in, GELU'd in place in fp16 (the
+    GEMM hand-off)."""
     from kernels.ffn import bias_gelu, bias_gelu_reference
 
     gen = _generator()
     y = torch.randn(2, 37, 40, generator=gen)
     bias = torch.randn(40, generator=gen)
     if half:
-        y = y.half()
-        reference = bias_gelu_reference(y.float(), bias)  # before y is overwritten in place
+        y, bias = y.half(), bias.half()
+        # before y is overwritten in place
+        reference = bias_gelu_reference(y.float(), bias.float())
         out = bias_gelu(y.to(device), bias.to(device), block=128, inplace=True)
         return _result(out, reference, "fp16")
     out = bias_gelu(y.to(device), bias.to(device), block=128)

@@ -92,6 +92,18 @@ def test_bias_gelu_on_a_half_gemm_output_rounds_once_like_a_cast(device: str, ha
     assert torch.equal(into_fp32.cpu(), bias_gelu(y.float(), bias, block=64))
 
 
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_a_half_bias_is_upcast_exactly_like_a_cast_kernel(device: str, half) -> None:
+    """A half GEMM's bias read as it is: the same output, bit for bit, as its fp32 copy
+    (the cast kernel it replaces); an integer bias is refused."""
+    y, bias = randn(5, 72).to(torch.float16), randn(72, seed=2).to(half)
+    direct = bias_gelu(y.clone().to(device), bias.to(device), inplace=True, block=64)
+    copied = bias_gelu(y.clone().to(device), bias.float().to(device), inplace=True, block=64)
+    assert torch.equal(direct.cpu(), copied.cpu())
+    with pytest.raises(ValueError, match="float32, float16 or bfloat16 vector of 72"):
+        bias_gelu(y, torch.zeros(72, dtype=torch.int32))
+
+
 def test_bias_gelu_rejects_non_contiguous_y_and_wrong_bias() -> None:
     with pytest.raises(ValueError, match="expected a contiguous float32, float16 or bfloat16"):
         bias_gelu(torch.randn(40, 3).t(), torch.zeros(40))
