@@ -2,10 +2,12 @@
 # Issues 19 and 17, planned in session 15, at most 8 minutes, log $OUT/s16_second.log.
 # - `autotune validate` of tables/rtx5080.py's case 14 against the streamed oracle, 5 seeds,
 #   emulated under the 16 GiB cap (validate skipped that entry before d19148d);
-# - the first LayerNorm through the Triton kernel (b45b7e6) on the cases it touches: case 8
-#   benched beside the reduce-overhead anchor with the hot path, and its kernels profiled.
-#   Prediction: case 8 ~1.26 ms (1.285 in session 14): a PyTorch LayerNorm (29.7 us) and the
-#   input's cast (12 us) become one Triton LayerNorm (~15 us); 2 kernels fewer.
+# - case 8 benched beside the reduce-overhead anchor with the hot path, and its kernels
+#   profiled: the first LayerNorm through the Triton kernel (b45b7e6) and the half bias
+#   read by the GELU epilogue as it is (03a0b51). Prediction: case 8
+#   ~1.25 ms (1.285 in session 14): a PyTorch LayerNorm (29.7 us) and the input's cast
+#   (12 us) become one Triton LayerNorm (~15 us), the four bias casts (12.4 us) go; 5
+#   kernels fewer.
 # Returned: s16_second.log, bench_s16.csv.
 set -o pipefail
 source scripts/device_prelude.sh
