@@ -202,6 +202,11 @@ class SearchSpace:
     def size(self) -> int:
         return sum(1 for _ in self.enumerate())
 
+    def larger_than(self, n: int) -> bool:
+        """Whether the space holds more than ``n`` plans: enumerates at most ``n + 1`` of
+        them (the long space holds millions; counting them all takes minutes)."""
+        return any(True for _ in itertools.islice(self.enumerate(), n, n + 1))
+
 
 def _as_tuple(value: Any, where: str) -> tuple[Any, ...]:
     if isinstance(value, (list, tuple)):

@@ -294,15 +294,13 @@ def make_objective(
     else evaluate; store everything and set the constraints. Ctrl-C
     stops the evaluation in flight and fails the trial (``autotune.search.interrupt``)."""
     count = [0]
-    space_size: list[int] = []  # counted on the first repeat (enumerating takes up to ~1 s)
 
     def exhausted() -> bool:
-        """Every plan of the space is measured: further trials could only repeat."""
-        if not space_size:
-            space_size.append(space.size())
+        """Every plan of the space is measured: further trials could only repeat (the
+        space is enumerated only as far as the number of plans tried, never counted)."""
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         tried = [t for t in done if trials.counts(t) or trials.UNSUPPORTED_HERE in t.user_attrs]
-        return len({t.user_attrs.get(trials.PLAN_HASH) for t in tried}) >= (space_size[0])
+        return not space.larger_than(len({t.user_attrs.get(trials.PLAN_HASH) for t in tried}))
 
     def objective(trial: optuna.Trial) -> list[float]:
         count[0] += 1

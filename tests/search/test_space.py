@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 
 import optuna
@@ -110,6 +111,7 @@ def test_builtin_spaces_ask_knob_values_and_round_trip_every_plan(name) -> None:
 
     (space,) = [s for s in builtin_spaces() if s.name == name]
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    sampled = []
     for _ in range(40):
         trial = study.ask()
         plan = space.sample(trial)
@@ -118,10 +120,21 @@ def test_builtin_spaces_ask_knob_values_and_round_trip_every_plan(name) -> None:
             assert KNOBS_BY_NAME[knob].validate(value) == value, (param, value)
             assert getattr(plan, knob) == value
         study.tell(trial, 0.0)
-    plans = list(space.enumerate())
-    for plan in plans:
+        sampled.append(plan)
+    # The first 20,000 plans of the enumeration (the long space holds millions) and the
+    # 40 random ones: each reached again from its parameters.
+    plans = list(itertools.islice(space.enumerate(), 20_000))
+    for plan in plans + sampled:
         assert space.sample(optuna.trial.FixedTrial(space.params_for(plan))) == plan
     assert len({p.hash for p in plans}) == len(plans)
+
+
+def test_a_space_larger_than_n_is_told_without_counting_it() -> None:
+    space = _space()
+    size = space.size()
+    assert space.larger_than(size - 1) and not space.larger_than(size)
+    (long,) = [s for s in builtin_spaces() if s.name == "gpu-long"]
+    assert long.larger_than(100_000)  # answered from the first 100,001 plans
 
 
 def test_a_plan_matching_no_variant_is_refused() -> None:
