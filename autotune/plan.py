@@ -322,6 +322,17 @@ KNOBS: tuple[Knob, ...] = (
         needs={True: "fused_layer=heads or rows"},
         group="kernels",
     ),
+    Knob(
+        "row_attn_post",
+        False,
+        "fused_layer=rows: the flash attention and the post-attention rows kernel as one "
+        "kernel (two launches a layer): a program per query block and sequence runs every "
+        "head in turn, accumulates the output projection, then the FFN of its rows "
+        "(attn_block_m rows, attn_warps); no context buffer",
+        choices=(False, True),
+        needs={True: "fused_layer=rows"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -364,6 +375,7 @@ class Plan:
     mask_bounds: bool = False
     row_ffn_block: int = 0
     row_stage: bool = False
+    row_attn_post: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -179,28 +179,18 @@ def _attend_key_block(
 
 
 @triton.jit
-def _attention_fwd_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    o_ptr,
+def _attention_rows(
+    q_base,
+    k_base,
+    v_base,
+    km_base,
     key_lengths_ptr,
-    key_mask_ptr,
     key_bounds_ptr,
-    stride_mb,
-    stride_qb,
+    off_b,
+    start_m,
     stride_qs,
-    stride_qh,
-    stride_kb,
     stride_ks,
-    stride_kh,
-    stride_vb,
     stride_vs,
-    stride_vh,
-    stride_ob,
-    stride_os,
-    stride_oh,
-    num_heads,
     seq_len,
     head_dim,
     qk_scale,
@@ -215,21 +205,9 @@ def _attention_fwd_kernel(
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
 ):
-    # 1-D grid: (batch * head)-major so the query blocks of one head run together and
-    # share its K/V in L2; within a head the most expensive (last, causal) blocks go first.
-    num_m_blocks = tl.cdiv(seq_len, BLOCK_M)
-    pid = tl.program_id(0)
-    pid_bh = pid // num_m_blocks
-    pid_m = num_m_blocks - 1 - pid % num_m_blocks
-    off_b = (pid_bh // num_heads).to(tl.int64)
-    off_h = (pid_bh % num_heads).to(tl.int64)
-    q_base = q_ptr + off_b * stride_qb + off_h * stride_qh
-    k_base = k_ptr + off_b * stride_kb + off_h * stride_kh
-    v_base = v_ptr + off_b * stride_vb + off_h * stride_vh
-    o_base = o_ptr + off_b * stride_ob + off_h * stride_oh
-    km_base = key_mask_ptr + off_b * stride_mb
-
-    start_m = pid_m * BLOCK_M
+    """The attention of query rows ``[start_m, start_m + BLOCK_M)`` of one (sequence, head):
+    fp32 ``[BLOCK_M, BLOCK_D]``, normalised; a row with no valid key gives 0, rows past
+    ``seq_len`` are computed from zero queries (the caller masks their store)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n0 = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -328,6 +306,90 @@ def _attention_fwd_kernel(
         )
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # no valid key at all: output 0, not NaN
     out = acc / l_safe[:, None]
+    return out
+
+
+@triton.jit
+def _attention_fwd_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    key_lengths_ptr,
+    key_mask_ptr,
+    key_bounds_ptr,
+    stride_mb,
+    stride_qb,
+    stride_qs,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_ob,
+    stride_os,
+    stride_oh,
+    num_heads,
+    seq_len,
+    head_dim,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    HAS_KEY_LENGTHS: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    HAS_KEY_BOUNDS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    EVEN_D: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+):
+    # 1-D grid: (batch * head)-major so the query blocks of one head run together and
+    # share its K/V in L2; within a head the most expensive (last, causal) blocks go first.
+    num_m_blocks = tl.cdiv(seq_len, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_bh = pid // num_m_blocks
+    pid_m = num_m_blocks - 1 - pid % num_m_blocks
+    off_b = (pid_bh // num_heads).to(tl.int64)
+    off_h = (pid_bh % num_heads).to(tl.int64)
+    q_base = q_ptr + off_b * stride_qb + off_h * stride_qh
+    k_base = k_ptr + off_b * stride_kb + off_h * stride_kh
+    v_base = v_ptr + off_b * stride_vb + off_h * stride_vh
+    o_base = o_ptr + off_b * stride_ob + off_h * stride_oh
+
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    out = _attention_rows(
+        q_base,
+        k_base,
+        v_base,
+        key_mask_ptr + off_b * stride_mb,
+        key_lengths_ptr,
+        key_bounds_ptr,
+        off_b,
+        start_m,
+        stride_qs,
+        stride_ks,
+        stride_vs,
+        seq_len,
+        head_dim,
+        qk_scale,
+        CAUSAL,
+        HAS_KEY_LENGTHS,
+        HAS_KEY_MASK,
+        HAS_KEY_BOUNDS,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_D,
+        EVEN_D,
+        PRECISION,
+        EMULATE_BF16_DOT,
+    )
+    row_ok = offs_m < seq_len
+    d_ok = offs_d < head_dim
     tl.store(
         o_base + offs_m[:, None] * stride_os + offs_d[None, :],
         out.to(o_base.dtype.element_ty),  # fp32, or rounded once to a half output

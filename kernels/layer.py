@@ -36,6 +36,12 @@ work is split where it parallelises:
   A2. :func:`kernels.attention.attention` (flash, any mask on the device) into ``ctx``
       (fp16 when the GEMM operands are fp16);
   B.  post rows, as above.
+  With ``Tiling.attn_post`` A2 and B are one kernel (two launches a layer), grid
+  ``(cdiv(S, BLOCK_M), B)``: a program runs every head's flash attention for its query
+  rows in turn, adds each head's share of the output projection (``ctx_h @ Wo[:, h]^T``,
+  the context rounded once to the GEMM operand type, as the stored context is) into one
+  fp32 accumulator, then the post-rows work on those rows (``attn_block_m`` rows,
+  ``attn_warps``). No context buffer: the context never leaves the program.
 
 Arithmetic follows shared/REFERENCE.md ("Model"): LayerNorm (biased variance, eps 1e-5),
 softmax state, GELU and the residual stream are fp32; the dot operands follow
@@ -74,6 +80,7 @@ from kernels._triton import (
     is_interpreted,
     is_power_of_2,
 )
+from kernels.attention import _attention_rows
 from kernels.block import (
     BlockWeights,
     _check_norm,
@@ -167,6 +174,11 @@ class Tiling:
     # default of ``ffn_chunk``). Fewer columns, fewer live registers a step (the FFN's
     # hidden tile and both weight tiles), more steps; sums in another order.
     ffn_block: int = 0
+    # rows: the flash attention and the post-rows kernel as one kernel (two launches a
+    # layer): a program per (query block, sequence) runs every head in turn, accumulates
+    # the output projection and goes on to the FFN of its rows (attn_block_m rows,
+    # attn_warps); no context buffer.
+    attn_post: bool = False
 
     def __post_init__(self) -> None:
         if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
@@ -448,6 +460,53 @@ def _residual_tail(
 
 
 @triton.jit
+def _post_rows_tail(
+    a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
+    b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
+    HAS_KEY_MASK: tl.constexpr, FINAL_NORM: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr, PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr, STAGE_RESIDUAL: tl.constexpr,
+):  # fmt: skip
+    """What follows the output projection ``a`` (fp32 ``[BLOCK_R, BLOCK_D]``, no bias) of
+    rows ``rows`` (token indices, int64): ``+ bo``, padded rows zeroed, ``+ x``; LayerNorm2,
+    FFN, residual, padded rows zeroed, the final LayerNorm when ``FINAL_NORM``; stored to
+    ``out`` (which may be ``x``: only these rows are read and written)."""
+    io_mask = row_ok[:, None] & d_ok[None, :]
+    offsets = rows[:, None] * d_model + offs_d[None, :]
+    a += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+    valid = row_ok
+    if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
+        valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
+        # Padded rows of the attention output, as the reference zeroes them (a padded row
+        # feeds nothing but itself here and is zeroed again below: kept for exactness of
+        # the intermediate, not of the output).
+        a = tl.where(valid[:, None], a, 0.0)
+    x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
+    if STAGE_RESIDUAL:
+        # x1 waits in this program's own output rows (in place or not, no other program
+        # reads them) while the FFN runs; the barrier orders the CTA's stores before the
+        # loads, whatever layout each gets.
+        tl.store(out_ptr + offsets, x1, mask=io_mask)
+        f = _ffn_of_rows(
+            x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim,
+            eps, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        tl.debug_barrier()
+        x1 = tl.load(out_ptr + offsets, mask=io_mask, other=0.0)
+        y = _residual_tail(
+            x1, f, valid, b2_ptr, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps,
+            HAS_KEY_MASK, FINAL_NORM,
+        )  # fmt: skip
+    else:
+        y = _ffn_residual_rows(
+            x1, valid, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
+            offs_d, d_ok, d_model, ffn_dim, eps, HAS_KEY_MASK, FINAL_NORM,
+            BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+        )  # fmt: skip
+    tl.store(out_ptr + offsets, y, mask=io_mask)
+
+
+@triton.jit
 def _post_rows_kernel(
     x_ptr,
     ctx_ptr,
@@ -483,8 +542,6 @@ def _post_rows_kernel(
     offs_k0 = tl.arange(0, BLOCK_K)
     d_ok = offs_d < d_model
     row_ok = offs_m < num_rows
-    io_mask = row_ok[:, None] & d_ok[None, :]
-    offsets = rows[:, None] * d_model + offs_d[None, :]
 
     # Output projection of the attention context, BLOCK_K ctx columns at a time.
     a = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
@@ -509,37 +566,101 @@ def _post_rows_kernel(
             PRECISION,
             EMULATE_BF16_DOT,
         )
-    a += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
-    valid = row_ok
-    if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
-        valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
-        # Padded rows of the attention output, as the reference zeroes them (a padded row
-        # feeds nothing but itself here and is zeroed again below: kept for exactness of
-        # the intermediate, not of the output).
-        a = tl.where(valid[:, None], a, 0.0)
-    x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
-    if STAGE_RESIDUAL:
-        # x1 waits in this program's own output rows (in place or not, no other program
-        # reads them) while the FFN runs; the barrier orders the CTA's stores before the
-        # loads, whatever layout each gets.
-        tl.store(out_ptr + offsets, x1, mask=io_mask)
-        f = _ffn_of_rows(
-            x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim,
-            eps, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+    _post_rows_tail(
+        a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
+        b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
+        HAS_KEY_MASK, FINAL_NORM, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+        STAGE_RESIDUAL,
+    )  # fmt: skip
+
+
+@triton.jit
+def _attn_post_rows_kernel(
+    qkv_ptr,
+    x_ptr,
+    out_ptr,
+    key_mask_ptr,
+    key_bounds_ptr,
+    wo_ptr,
+    bo_ptr,
+    n2w_ptr,
+    n2b_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    nfw_ptr,
+    nfb_ptr,
+    seq_len,
+    d_model,
+    num_heads,
+    head_dim,
+    ffn_dim,
+    num_m_blocks,
+    qk_scale,
+    eps,
+    CAUSAL: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    HAS_KEY_BOUNDS: tl.constexpr,
+    FINAL_NORM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_HD: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    EVEN_HD: tl.constexpr,
+    PREC_G: tl.constexpr,
+    PREC_A: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+    STAGE_RESIDUAL: tl.constexpr,
+):
+    # grid (query blocks, batch): the query blocks of one sequence run together and share
+    # its K/V in L2, the most expensive (last, causal) blocks first.
+    pid_m = num_m_blocks - 1 - tl.program_id(0)
+    off_b = tl.program_id(1).to(tl.int64)
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    row_ok = offs_m < seq_len
+    rows = off_b * seq_len + offs_m.to(tl.int64)  # token rows (masked past seq_len)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < d_model
+    offs_hd = tl.arange(0, BLOCK_HD)
+    hd_ok = offs_hd < head_dim
+    stride_s = 3 * d_model  # packed [B, S, 3, H, hd]
+    seq_base = qkv_ptr + off_b * seq_len * stride_s
+    km_base = key_mask_ptr + off_b * seq_len
+
+    # Every head in turn: its attention rows, then its share of the output projection
+    # ctx_h @ Wo[:, h*hd:(h+1)*hd]^T, accumulated in fp32. The context is rounded once to
+    # the projection's operand type, as the three-launch form's stored context is.
+    a = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for h in range(0, num_heads):
+        q_base = seq_base + h * head_dim
+        ctx = _attention_rows(
+            q_base, q_base + d_model, q_base + 2 * d_model, km_base, key_bounds_ptr,
+            key_bounds_ptr, off_b, start_m, stride_s, stride_s, stride_s, seq_len, head_dim,
+            qk_scale, CAUSAL, False, HAS_KEY_MASK, HAS_KEY_BOUNDS, BLOCK_M, BLOCK_N,
+            BLOCK_HD, EVEN_HD, PREC_A, EMULATE_BF16_DOT,
         )  # fmt: skip
-        tl.debug_barrier()
-        x1 = tl.load(out_ptr + offsets, mask=io_mask, other=0.0)
-        y = _residual_tail(
-            x1, f, valid, b2_ptr, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps,
-            HAS_KEY_MASK, FINAL_NORM,
-        )  # fmt: skip
-    else:
-        y = _ffn_residual_rows(
-            x1, valid, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
-            offs_d, d_ok, d_model, ffn_dim, eps, HAS_KEY_MASK, FINAL_NORM,
-            BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
-        )  # fmt: skip
-    tl.store(out_ptr + offsets, y, mask=io_mask)
+        # Wo^T head slice [BLOCK_HD, BLOCK_D]: element (k, n) = Wo[n, h * head_dim + k].
+        wo_t = tl.load(
+            wo_ptr + offs_d[None, :] * d_model + (h * head_dim + offs_hd)[:, None],
+            mask=hd_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        a = dot(
+            to_operand(ctx, PREC_G, EMULATE_BF16_DOT),
+            to_operand(wo_t, PREC_G, EMULATE_BF16_DOT),
+            a,
+            PREC_G,
+            EMULATE_BF16_DOT,
+        )
+    _post_rows_tail(
+        a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
+        b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
+        HAS_KEY_MASK, FINAL_NORM, BLOCK_M, BLOCK_D, BLOCK_F, PREC_G, EMULATE_BF16_DOT,
+        STAGE_RESIDUAL,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -708,7 +829,24 @@ def estimate_shared_memory_bytes(
     post = g * max(br * bk + bk * bd, br * bd + bd * bf + br * bf + bf * bd)
     if variant == "rows":
         qkv = g * (br * bd + bd * min(bd, 64))
-        return max(post, qkv)
+        if not tiling.attn_post:
+            return max(post, qkv)
+        # One kernel: a head's flash attention (its own model), then that head's share of
+        # the output projection, then the FFN of the query block's rows.
+        bm, hd = tiling.block_m, d_model // max(num_heads, 1)
+        bhd, bf = padded_dim(hd), ffn_chunk(d_model, ffn_dim, tiling.ffn_block)
+        attention = flash.estimate_shared_memory_bytes(
+            head_dim=hd,
+            block_m=bm,
+            block_n=tiling.block_n,
+            num_stages=tiling.num_stages,
+            precision=attn_precision,
+        )
+        fused = max(
+            attention + g * (bm * bhd + bhd * bd),
+            g * (bm * bd + bd * bf + bm * bf + bf * bd),
+        )
+        return max(qkv, fused)
     if variant == "seq":
         # The keys' and queries' LayerNorm outputs stay staged for the whole head loop;
         # beside them, the operands of one product at a time (projection, q k^T, p v,
@@ -873,7 +1011,7 @@ def not_supported_reasons(
 def _launch_layer(
     x: torch.Tensor,
     out: torch.Tensor,
-    ctx: torch.Tensor,
+    ctx: torch.Tensor | None,
     qkv: torch.Tensor | None,
     w: LayerWeights,
     mask_bytes: torch.Tensor | None,
@@ -1001,6 +1139,13 @@ def _launch_layer(
             EMULATE_BF16_DOT=emulate,
             num_warps=tiling.row_warps,
         )
+        if tiling.attn_post:
+            _launch_attn_post(
+                x, out, qkv, w, mask_bytes, key_bounds, final_norm, num_heads=num_heads,
+                causal=causal, tiling=tiling, gemm_precision=gemm_precision,
+                attn_precision=attn_precision, emulate=emulate,
+            )  # fmt: skip
+            return
         q, k, v = qkv.view(batch, seq_len, 3, num_heads, head_dim).unbind(2)
         flash.attention(
             q,
@@ -1046,6 +1191,73 @@ def _launch_layer(
         EMULATE_BF16_DOT=emulate,
         STAGE_RESIDUAL=tiling.stage_residual,
         num_warps=tiling.row_warps,
+    )
+
+
+def _launch_attn_post(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    qkv: torch.Tensor,
+    w: LayerWeights,
+    mask_bytes: torch.Tensor | None,
+    key_bounds: torch.Tensor | None,
+    final_norm: tuple[torch.Tensor, torch.Tensor] | None,
+    *,
+    num_heads: int,
+    causal: bool,
+    tiling: Tiling,
+    gemm_precision: str,
+    attn_precision: str,
+    emulate: bool,
+) -> None:
+    """rows with ``attn_post``: the attention, output projection, LayerNorm2, FFN and
+    residuals of a layer in one launch, after the QKV rows kernel filled ``qkv``."""
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    f = w.fp32
+    norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
+    num_m_blocks = triton.cdiv(seq_len, tiling.block_m)
+    block_hd = padded_dim(head_dim)
+    _attn_post_rows_kernel[(num_m_blocks, batch)](
+        qkv,
+        x,
+        out,
+        mask_bytes if mask_bytes is not None else x,
+        key_bounds if key_bounds is not None else x,
+        w.o_weight,
+        f.o_bias,
+        f.norm2_weight,
+        f.norm2_bias,
+        w.ffn_in_weight,
+        f.ffn_in_bias,
+        w.ffn_out_weight,
+        f.ffn_out_bias,
+        norm_w,
+        norm_b,
+        seq_len,
+        d_model,
+        num_heads,
+        head_dim,
+        w.ffn_dim,
+        num_m_blocks,
+        head_dim**-0.5 * LOG2_E,
+        LAYERNORM_EPS,
+        CAUSAL=bool(causal),
+        HAS_KEY_MASK=mask_bytes is not None,
+        HAS_KEY_BOUNDS=key_bounds is not None,
+        FINAL_NORM=final_norm is not None,
+        BLOCK_M=tiling.block_m,
+        BLOCK_N=tiling.block_n,
+        BLOCK_HD=block_hd,
+        BLOCK_D=padded_dim(d_model),
+        BLOCK_F=ffn_chunk(d_model, w.ffn_dim, tiling.ffn_block),
+        EVEN_HD=block_hd == head_dim,
+        PREC_G=gemm_precision,
+        PREC_A=attn_precision,
+        EMULATE_BF16_DOT=emulate,
+        STAGE_RESIDUAL=tiling.stage_residual,
+        num_warps=tiling.num_warps,
+        num_stages=tiling.num_stages,
     )
 
 
@@ -1107,6 +1319,8 @@ def layer_stack(
     mask_bytes = None if key_mask is None else _mask_bytes(key_mask, batch, seq_len)
     if tiling.mask_bounds and variant != "rows":
         raise ValueError("tiling.mask_bounds applies to variant='rows' only")
+    if tiling.attn_post and variant != "rows":
+        raise ValueError("tiling.attn_post applies to variant='rows' only")
     if tiling.stage_residual and variant == "seq":
         raise ValueError("tiling.stage_residual applies to the post-rows kernel (heads, rows)")
     if out is None:
@@ -1137,7 +1351,7 @@ def layer_stack(
         ctx_dtype = _DTYPES.get(gemm_precision, torch.float32)
     elif gemm_precision == "fp16":
         ctx_dtype = torch.float16
-    ctx = torch.empty(x.shape, device=x.device, dtype=ctx_dtype)
+    ctx = None if tiling.attn_post else torch.empty(x.shape, device=x.device, dtype=ctx_dtype)
     qkv = None
     if variant == "rows":
         qkv_dtype = _DTYPES.get(attn_precision, torch.float32)

@@ -396,10 +396,13 @@ def _run_layer(
 ) -> CheckResult:  # fmt: skip
     """The fused layer stack (both launch variants) against the project's reference model;
     ``padding``: "" no mask, "padded" right padding, "masked" holes anywhere (key 0 kept);
-    "-staged": the residual staged in memory; "-f16": 16 FFN columns a step."""
+    "-staged": the residual staged in memory; "-f16": 16 FFN columns a step; "post" (last):
+    rows with the attention and post rows in one kernel."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    attn_post = padding.endswith("post")
+    padding = padding.removesuffix("post").removesuffix("-")
     ffn_block = 16 if padding.endswith("-f16") else 0
     padding = padding.removesuffix("-f16")
 
@@ -440,6 +443,7 @@ def _run_layer(
                 mask_bounds=padding == "masked-bounds",
                 stage_residual=padding.endswith("-staged"),
                 ffn_block=ffn_block,
+                attn_post=attn_post,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -565,6 +569,10 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("seq", "ieee", "masked", True),
         ("seq", "fp16", "padded-f16", True),
         ("seq", "fp16", "padded", True),
+        ("rows", "fp16", "masked-bounds-post", True),
+        ("rows", "ieee", "padded-staged-post", True),
+        ("rows", "fp16", "post", False),
+        ("rows", "fp16", "masked-staged-f16-post", True),
     )
     for variant, precision, padding, causal in layer_cases if reference else ():
         name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (

@@ -122,6 +122,9 @@ SPACE = {
         # The flash attention of `rows` skips the mask inside each sequence's all-valid
         # key prefix and every block past its last valid key (one launch per forward).
         {"name": "mask_bounds", "values": [False, True], "when": {"fused_layer": ["rows"]}},
+        # rows in two launches a layer: the flash attention and the post rows in one kernel
+        # (every head of a query block, the output projection accumulated, then the FFN).
+        {"name": "row_attn_post", "values": [False, True], "when": {"fused_layer": ["rows"]}},
         # torch.compile of the forward with a library attention (the one line a user
         # writes, as a plan the search can pick): compile time is the trial's first call.
         # max-autotune is left out: minutes of compile per shape, and its TF32 Triton GEMMs
@@ -158,6 +161,9 @@ SPACE = {
         {"forbid": {"fused_block": [True], "attn_block_m": [128]}},
         # The one-launch layer faulted at 64- and 128-row tiles (session 10, H200).
         {"forbid": {"fused_layer": ["seq"], "attn_block_m": [64, 128]}},
+        # The fused attention + post rows holds a [128, d_model] fp32 accumulator beside the
+        # attention's state at 128-row tiles: the family of tiles that faulted above.
+        {"forbid": {"row_attn_post": [True], "attn_block_m": [128]}},
     ],
     "enqueue": [
         {},
@@ -166,6 +172,7 @@ SPACE = {
         _layer("heads", 32, 32, 4, 2, 16, 4),
         _layer("heads", 64, 64, 4, 2, 64, 4),
         _layer("rows", 64, 64, 4, 2, 64, 4),
+        dict(_layer("rows", 64, 64, 4, 3, 64, 4), row_attn_post=True, row_stage=True),
         dict(_GRAPH_PLAN, attention="sdpa_efficient"),
         dict(_GRAPH_PLAN, attention="sdpa_cudnn", attn_precision="fp16"),
         dict(_GRAPH_PLAN, attention="sdpa_flash", attn_precision="fp16"),

@@ -276,6 +276,11 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     for other in ({"fused_layer": "seq"}, {"fused_layer": "none"}):
         reasons = not_supported_reasons(layer.replace(row_stage=True, **other), cfg, cpu_device)
         assert any("row_stage=True applies to" in r for r in reasons), (other, reasons)
+    # row_attn_post: the attention and post rows of fused_layer=rows in one kernel.
+    assert not_supported_reasons(bounded.replace(row_attn_post=True), long, cpu_device) == []
+    for other in ({"fused_layer": "heads"}, {"fused_layer": "seq"}, {"fused_layer": "none"}):
+        reasons = not_supported_reasons(layer.replace(row_attn_post=True, **other), cfg, cpu_device)
+        assert any("row_attn_post=True fuses" in r for r in reasons), (other, reasons)
     # row_ffn_block: the fused layers only; a search skips the value that gives the
     # default's FFN columns (d_model 32, ffn 48: the default is 64, padded 64).
     assert not_supported_reasons(layer.replace(row_ffn_block=16), cfg, cpu_device) == []

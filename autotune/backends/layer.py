@@ -2,7 +2,8 @@
 runs a layer in two launches (LayerNorm1, the head's projections and attention per
 (query block, head, sequence); then the output projection, LayerNorm2, FFN and residuals
 per block of rows), ``rows`` in three (LayerNorm1 and QKV per block of rows, the flash
-attention, the same post-rows kernel) for sequences of any length, ``seq`` in one (a
+attention, the same post-rows kernel; two with ``row_attn_post``, the attention and the
+post-rows work in one kernel) for sequences of any length, ``seq`` in one (a
 block of query rows of one sequence per program, every head, the output projection and
 the FFN; S and d_model <= 128). Any token mask is applied on the device: no call reads it
 on the host."""
@@ -46,6 +47,11 @@ class NoFusedLayer(FusedLayerFamily):
                 f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
                 "(fused_layer=heads, rows or seq); got fused_layer=none"
             )
+        if plan.row_attn_post:
+            reasons.append(
+                "row_attn_post=True fuses the attention and post-attention rows of "
+                "fused_layer=rows; got fused_layer=none"
+            )
         return reasons
 
 
@@ -63,6 +69,7 @@ def tiling(plan: Any) -> Any:
         mask_bounds=plan.mask_bounds,
         stage_residual=plan.row_stage,
         ffn_block=plan.row_ffn_block,
+        attn_post=plan.row_attn_post,
     )
 
 
@@ -88,6 +95,11 @@ class _FusedLayer(FusedLayerFamily):
             reasons.append(
                 f"mask_bounds=True applies to the flash attention of fused_layer=rows; "
                 f"fused_layer={self.value} reads each key's mask byte in its own kernel"
+            )
+        if plan.row_attn_post and self.value != "rows":
+            reasons.append(
+                "row_attn_post=True fuses the attention and post-attention rows of "
+                f"fused_layer=rows; fused_layer={self.value} has no separate attention kernel"
             )
         if plan.row_stage and self.value == "seq":
             reasons.append(

@@ -317,3 +317,49 @@ def test_the_ffn_block_changes_the_steps_not_the_answer(device) -> None:
         torch.testing.assert_close(outs[0], outs[1], rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="ffn_block must be 0 or a power of two >= 16"):
         Tiling(ffn_block=24)
+
+
+@pytest.mark.parametrize(
+    ("precision", "mask_kind", "causal", "bounds", "stage"),
+    [
+        ("fp16", "none", True, False, False),
+        ("fp16", "right-padded", True, True, True),
+        ("ieee", "holes", True, False, False),
+        ("fp16", "holes", False, False, True),
+    ],
+)
+def test_rows_with_the_attention_and_post_rows_in_one_kernel(
+    precision, mask_kind, causal, bounds, stage, device
+) -> None:
+    """attn_post runs the flash attention and the post rows as one kernel (two launches a
+    layer, no context buffer): it passes the rule against the reference model, agrees with
+    the three-launch form to rounding (the output projection sums per head instead of per
+    64 columns), never writes x, and other variants refuse it."""
+    shape = (3, 37, 40, 5, 72, 2)
+    kwargs = dict(variant="rows", precision=precision, mask_kind=mask_kind, causal=causal)
+    common = dict(block_m=16, block_n=16, row_block=32, mask_bounds=bounds, stage_residual=stage)
+    three, reference, _ = run_stack(**kwargs, shape=shape, tiling=Tiling(**common), device=device)
+    two, _, x_change = run_stack(
+        **kwargs, shape=shape, tiling=Tiling(**common, attn_post=True), device=device
+    )
+    assert compare(two, reference, PROJECT_RULE).passed
+    torch.testing.assert_close(two, three, rtol=1e-3, atol=2e-4)
+    assert torch.count_nonzero(x_change) == 0
+    with pytest.raises(ValueError, match="attn_post applies to variant='rows' only"):
+        run_stack(**dict(kwargs, variant="heads"), shape=shape,
+                  tiling=Tiling(block_m=16, block_n=16, attn_post=True), device=device)  # fmt: skip
+
+
+def test_the_fused_attention_post_rows_shared_memory_estimate() -> None:
+    """With attn_post the estimate covers the attention's ring plus a head's output
+    projection operands, or the FFN's tiles at attn_block_m rows, whichever is larger."""
+    args = dict(variant="rows", d_model=128, num_heads=4, ffn_dim=128,
+                gemm_precision="fp16", attn_precision="fp16")  # fmt: skip
+    three = estimate_shared_memory_bytes(**args, tiling=Tiling(block_m=64, row_block=64))
+    two = estimate_shared_memory_bytes(
+        **args, tiling=Tiling(block_m=64, row_block=64, num_stages=3, attn_post=True)
+    )
+    deeper = estimate_shared_memory_bytes(
+        **args, tiling=Tiling(block_m=64, row_block=64, num_stages=4, attn_post=True)
+    )
+    assert two >= three > 0 and deeper > two
