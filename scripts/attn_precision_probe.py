@@ -1,0 +1,73 @@
+"""Whether an attention operand precision can hold the rule at case 14's dims: the
+reference model against the same model with fp16 GEMMs and the attention's operands in
+each precision, on a shorter sequence the CPU can run (the dense reference is exact here).
+
+    python3 scripts/attn_precision_probe.py --seq 4096 --seeds 2 --precisions fp16 bf16
+
+Prints a row per (seed, precision): pass/fail under the rule, max abs error and the worst
+share of the allowance (1.0 = at the rule's edge). Longer sequences average more keys into
+each context row; the shortest one that fails is enough to rule a precision out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from autotune.build import build_candidate
+from autotune.core.device import detect_device
+from autotune.core.reference import (
+    TransformerConfig,
+    build_reference,
+    generate_random_case,
+    official_settings,
+)
+from autotune.plan import Plan
+from kernels._tolerance import PROJECT_RULE, compare
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--precisions", nargs="+", default=["fp16", "bf16"])
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    config = TransformerConfig(1, args.seq, 1024, 16, 1024, 2, True)  # case 14's dims
+    device = detect_device(args.device)
+    reference = build_reference(config, device.type)
+    print(f"{'seed':>5} {'attn':>5} {'rule':>5} {'max abs':>9} {'worst':>6} {'s':>5}")
+    for seed in range(1234, 1234 + args.seeds):
+        x, mask = generate_random_case(config, device.type, seed=seed)
+        with official_settings(), torch.inference_mode():
+            want = reference(x, mask)
+            for precision in args.precisions:
+                plan = Plan.from_dict(
+                    {
+                        "attention": "sdpa_math" if device.type == "cpu" else "sdpa_cudnn",
+                        "attn_precision": precision,
+                        "gemm_precision": "fp16",
+                        "qkv": "packed",
+                        "heads": "strided",
+                    }
+                )
+                model = build_candidate(plan, config, device, reference.state_dict())
+                start = time.perf_counter()
+                got = model(x, mask)
+                seconds = time.perf_counter() - start
+                err = (got.float() - want.float()).abs()
+                allowance = torch.maximum(
+                    torch.full_like(err, PROJECT_RULE.atol), PROJECT_RULE.rtol * want.abs()
+                )
+                passed = compare(got, want, PROJECT_RULE).passed
+                print(
+                    f"{seed:>5} {precision:>5} {'pass' if passed else 'FAIL':>5} "
+                    f"{err.max().item():9.2e} {(err / allowance).max().item():6.3f} {seconds:5.1f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
