@@ -99,9 +99,9 @@ def validate_on_oracle(
         (record,) = verify_full_batch(case, [route], seeds=seeds, log=log)
     except (RuntimeError, ValueError) as exc:  # out of memory, a plan this stack refuses
         return EntryCheck(case.id, plan.describe(), CANNOT_RUN, f"{type(exc).__name__}: {exc}")
-    s = record.summary()
-    if record.error:
+    if record.error:  # before the summary: a route that ended early has no medians
         return EntryCheck(case.id, plan.describe(), CANNOT_RUN, record.error)
+    s = record.summary()
     was = (entry.get("evidence") or {}).get("full_batch", {}).get("median_wall_s")
     detail = (
         f"whole batch against the streamed oracle: {s['failed']} failed of {s['elements']} "
