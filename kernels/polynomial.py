@@ -106,7 +106,7 @@ the spread once.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -1316,6 +1316,8 @@ def guarded_attention(
     out: torch.Tensor | None = None,
     row_norm: bool = False,
     stats_first: bool = False,
+    exact_fn: Callable[..., torch.Tensor] | None = None,
+    exact_label: str = "Triton",
 ) -> tuple[torch.Tensor, GuardDecision]:
     """Polynomial attention when the sampled score spread allows it, else exact attention.
 
@@ -1327,7 +1329,9 @@ def guarded_attention(
     ``exact_kwargs`` and ``polynomial_kwargs`` (block_m, block_n, feature_tile, num_warps,
     num_stages, output_block_n, output_warps, output_stages, prefix_flat), ``row_norm``
     and ``stats_first``. Both paths' arguments are
-    validated before the spread is read.
+    validated before the spread is read. ``exact_fn(q, k, v, scale, out)`` (causal, writes
+    and returns ``out``) replaces the Triton kernel on the exact path, e.g. a library
+    attention that is faster at the shape; ``exact_label`` names it in the decision.
     """
     if isinstance(threshold, bool) or not isinstance(threshold, int | float):
         raise ValueError(f"threshold={threshold!r} must be a number (max allowed |score|)")
@@ -1385,8 +1389,12 @@ def guarded_attention(
             float(threshold),
             "exact",
             f"sampled score spread {spread:.4g} {why}: the polynomial weight error "
-            "~|s|^3/6 would be too large, exact softmax attention used",
+            f"~|s|^3/6 would be too large, exact softmax attention used ({exact_label})",
         )
+        if exact_fn is not None:
+            if out is None:
+                out = torch.empty(q.shape, device=q.device, dtype=torch.float32)
+            return exact_fn(q, k, v, scale, out), decision
         return attention(q, k, v, causal=causal, scale=scale, out=out, **exact), decision
     decision = GuardDecision(
         spread,

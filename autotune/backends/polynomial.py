@@ -1,6 +1,7 @@
 """Guarded degree-2 polynomial attention (``kernels.polynomial``, causal): a run-time
-guard on the sampled score spread takes the exact Triton attention when the
-approximation could fail; its decision is logged per call."""
+guard on the sampled score spread takes exact attention (cuDNN's on CUDA with half
+operands, else the Triton kernel) when the approximation could fail; its decision is
+logged per call."""
 
 from __future__ import annotations
 
@@ -33,13 +34,38 @@ def polynomial_kwargs(plan: Any) -> dict[str, Any]:
     return output_kwargs(plan) | ({"prefix_flat": True} if plan.poly_prefix_flat else {})
 
 
+def _cudnn_or_triton(exact_kwargs: dict[str, Any]) -> Any:
+    """The guard's exact path on CUDA: causal attention of ``[B, S, H, hd]`` half views
+    through cuDNN (SDPA), written into ``out``; the Triton kernel where cuDNN refuses the
+    call (a RuntimeError before any work)."""
+
+    def exact(q: Tensor, k: Tensor, v: Tensor, scale: float, out: Tensor) -> Tensor:
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        from kernels.attention import attention
+
+        try:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                ctx = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                    is_causal=True, scale=scale,
+                )  # fmt: skip
+        except RuntimeError:
+            return attention(q, k, v, causal=True, scale=scale, out=out, **exact_kwargs)
+        return out.copy_(ctx.transpose(1, 2))
+
+    return exact
+
+
 @register
 class PolynomialAttention(AttentionBackend):
     value = "polynomial"
     rank = 7
     needs = (
         "CUDA with triton (or TRITON_INTERPRET=1), causal: guarded degree-2 "
-        "polynomial attention, the exact Triton kernel when the guard refuses"
+        "polynomial attention, exact attention (cuDNN, or the Triton kernel) when the "
+        "guard refuses"
     )
     triton = True
     general_masks = False
@@ -88,6 +114,11 @@ class PolynomialAttention(AttentionBackend):
         shape = (b, s, c.num_heads, c.head_dim)
         out = torch.empty(b, s, d, device=call.q.device, dtype=context_dtype(plan))
         precision = triton_precision(plan.attn_precision)
+        exact_kwargs = tiles(plan).kwargs() | {"precision": precision}
+        # The guard's exact path: cuDNN's attention where it runs (half operands on CUDA;
+        # 3.15 s against the Triton kernel's ~3.3 s at case 14, docs/case14.md), else the
+        # Triton kernel.
+        cudnn = call.q.is_cuda and plan.attn_precision in ("fp16", "bf16")
         _, decision = guarded_attention(
             call.q.view(shape),
             call.k.view(shape),
@@ -99,10 +130,12 @@ class PolynomialAttention(AttentionBackend):
             exact_prefix=min(plan.poly_exact_prefix, s),
             precision=precision,
             out=out.view(shape),
-            exact_kwargs=tiles(plan).kwargs() | {"precision": precision},
+            exact_kwargs=exact_kwargs,
             polynomial_kwargs=polynomial_kwargs(plan),
             row_norm=plan.poly_norm == "row",
             stats_first=plan.poly_stats_first,
+            exact_fn=_cudnn_or_triton(exact_kwargs) if cudnn else None,
+            exact_label="cuDNN, or Triton where cuDNN refuses" if cudnn else "Triton",
         )
         call.guard_log.append(decision)
         return out

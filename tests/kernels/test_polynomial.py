@@ -389,6 +389,34 @@ def test_guard_refuses_wide_scores_and_the_exact_output_passes(device: str, wide
     assert_rule(result, attention_reference(q, k, v, causal=True), PROJECT_RULE)
 
 
+def test_the_guards_exact_path_can_be_the_callers(device: str) -> None:
+    """exact_fn replaces the Triton kernel on the exact path (the backend passes cuDNN's
+    attention on CUDA): it gets the views, the scale and the output buffer, its result is
+    returned, and the decision names it; the polynomial path never calls it."""
+    q, k, v = packed_qkv(2, 50, 2, 16, seed=12, std=0.3)
+    q, k = 10 * q, 10 * k
+    q_d, k_d, v_d = on_device(device, q, k, v)
+    calls = []
+
+    def exact(q_, k_, v_, scale, out):
+        calls.append(scale)
+        ctx = torch.nn.functional.scaled_dot_product_attention(
+            q_.transpose(1, 2).float(), k_.transpose(1, 2).float(), v_.transpose(1, 2).float(),
+            is_causal=True, scale=scale,
+        )  # fmt: skip
+        return out.copy_(ctx.transpose(1, 2))
+
+    out = torch.full((2, 50, 2, 16), float("nan"), device=device)
+    kwargs = dict(causal=True, threshold=1.0, chunk=16, exact_kwargs=EXACT_TILES,
+                  polynomial_kwargs=SMALL_TILES, exact_fn=exact, exact_label="library")  # fmt: skip
+    result, decision = guarded_attention(q_d, k_d, v_d, out=out, **kwargs)
+    assert decision.path == "exact" and "(library)" in decision.reason
+    assert calls == [pytest.approx(16**-0.5)] and result.data_ptr() == out.data_ptr()
+    assert_rule(result, attention_reference(q, k, v, causal=True), PROJECT_RULE)
+    _, narrow = guarded_attention(q_d / 10, k_d / 10, v_d, **dict(kwargs, threshold=100.0))
+    assert narrow.path == "polynomial" and len(calls) == 1
+
+
 def test_guard_takes_the_polynomial_path_on_narrow_scores(device: str) -> None:
     q, k, v = packed_qkv(2, 60, 2, 16, seed=13, std=0.3)
     v = v / 0.3
