@@ -65,7 +65,14 @@ import triton
 import triton.language as tl
 
 from kernels import attention as flash
-from kernels._common import MAX_SEQ_ROW_TILE, MIN_BLOCK, fused_row_tile_reasons, padded_dim
+from kernels._common import (
+    MAX_FUSED_ROW_TILE,
+    MAX_SEQ_ROW_TILE,
+    MIN_BLOCK,
+    check_int32_offsets,
+    fused_row_tile_reasons,
+    padded_dim,
+)
 from kernels._precision import (
     HALF_PRECISIONS,
     check_precision,
@@ -969,6 +976,14 @@ def not_supported_reasons(
         reasons += fused_row_tile_reasons(
             "attn_block_m", tiling.block_m, "one-launch layer", device_type, MAX_SEQ_ROW_TILE
         )
+    post = variant == "rows" and tiling.attn_post
+    if post and device_type == "cuda" and tiling.block_m > MAX_FUSED_ROW_TILE:
+        reasons.append(
+            f"attn_block_m={tiling.block_m} with attn_post: the fused kernels' tiles over "
+            f"{MAX_FUSED_ROW_TILE} rows faulted or read out of bounds on CUDA (Triton 3.6, "
+            "H200: docs/kernels_h200.md), and this one is untried there; use "
+            f"attn_block_m <= {MAX_FUSED_ROW_TILE}"
+        )
     if not reasons and prune_pointless:
         padded_s = padded_dim(seq_len)
         tiles = [("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)]
@@ -1218,6 +1233,8 @@ def _launch_attn_post(
     norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
     num_m_blocks = triton.cdiv(seq_len, tiling.block_m)
     block_hd = padded_dim(head_dim)
+    views = qkv.view(batch, seq_len, 3, num_heads, head_dim).unbind(2)
+    check_int32_offsets(dict(zip("qkv", views, strict=True)), seq_len, head_dim)
     _attn_post_rows_kernel[(num_m_blocks, batch)](
         qkv,
         x,
@@ -1280,8 +1297,9 @@ def layer_stack(
 
     ``key_mask`` [B, S] bool (True = a real token), any pattern, is read on the device:
     the launcher never synchronises (safe inside CUDA graph capture). Working memory: the
-    output, a context buffer ``[B, S, D]`` (fp16 with fp16 GEMM operands) and, for
-    ``rows``, the packed ``[B, S, 3D]`` projections in the attention operand dtype.
+    output, a context buffer ``[B, S, D]`` (fp16 with fp16 GEMM operands; none for ``rows``
+    with ``tiling.attn_post``) and, for ``rows``, the packed ``[B, S, 3D]`` projections in
+    the attention operand dtype.
     """
     _check_x(x)
     if len(layers) == 0:

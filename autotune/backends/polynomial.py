@@ -5,6 +5,7 @@ logged per call."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -34,10 +35,11 @@ def polynomial_kwargs(plan: Any) -> dict[str, Any]:
     return output_kwargs(plan) | ({"prefix_flat": True} if plan.poly_prefix_flat else {})
 
 
-def _cudnn_or_triton(exact_kwargs: dict[str, Any]) -> Any:
+def _cudnn_or_triton(exact_kwargs: dict[str, Any], refused: list[str]) -> Any:
     """The guard's exact path on CUDA: causal attention of ``[B, S, H, hd]`` half views
     through cuDNN (SDPA), written into ``out``; the Triton kernel where cuDNN refuses the
-    call (a RuntimeError before any work)."""
+    call (a RuntimeError other than out-of-memory, raised before any work), the refusal
+    appended to ``refused``."""
 
     def exact(q: Tensor, k: Tensor, v: Tensor, scale: float, out: Tensor) -> Tensor:
         import torch.nn.functional as F
@@ -51,7 +53,10 @@ def _cudnn_or_triton(exact_kwargs: dict[str, Any]) -> Any:
                     q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                     is_causal=True, scale=scale,
                 )  # fmt: skip
-        except RuntimeError:
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as exc:
+            refused.append(str(exc).splitlines()[0][:160])
             return attention(q, k, v, causal=True, scale=scale, out=out, **exact_kwargs)
         return out.copy_(ctx.transpose(1, 2))
 
@@ -118,7 +123,8 @@ class PolynomialAttention(AttentionBackend):
         # The guard's exact path: cuDNN's attention where it runs (half operands on CUDA;
         # 3.15 s against the Triton kernel's ~3.3 s at case 14, docs/case14.md), else the
         # Triton kernel.
-        cudnn = call.q.is_cuda and plan.attn_precision in ("fp16", "bf16")
+        cudnn = call.q.is_cuda and call.q.dtype in (torch.float16, torch.bfloat16)
+        refused: list[str] = []
         _, decision = guarded_attention(
             call.q.view(shape),
             call.k.view(shape),
@@ -134,15 +140,24 @@ class PolynomialAttention(AttentionBackend):
             polynomial_kwargs=polynomial_kwargs(plan),
             row_norm=plan.poly_norm == "row",
             stats_first=plan.poly_stats_first,
-            exact_fn=_cudnn_or_triton(exact_kwargs) if cudnn else None,
-            exact_label="cuDNN, or Triton where cuDNN refuses" if cudnn else "Triton",
+            exact_fn=_cudnn_or_triton(exact_kwargs, refused) if cudnn else None,
+            exact_label="cuDNN" if cudnn else "Triton",
         )
+        if refused:  # the decision names the path that ran
+            decision = dataclasses.replace(
+                decision,
+                reason=decision.reason.replace(
+                    "(cuDNN)", f"(Triton: cuDNN refused the call: {refused[0]})"
+                ),
+            )
         call.guard_log.append(decision)
         return out
 
     def workspace_bytes(self, plan: Any, config: TransformerConfig, batch: int) -> int:
-        """Guard and exact-path bookkeeping, and the chunk states of ``batch`` sequences."""
+        """Guard and exact-path bookkeeping (with cuDNN's half context on the exact path,
+        before its copy into the output), and the chunk states of ``batch`` sequences."""
         bookkeeping = batch * config.num_heads * config.seq_len * 4
+        bookkeeping += batch * config.seq_len * config.d_model * 2
         try:
             from kernels.polynomial import workspace_bytes
 

@@ -320,22 +320,23 @@ def test_the_ffn_block_changes_the_steps_not_the_answer(device) -> None:
 
 
 @pytest.mark.parametrize(
-    ("precision", "mask_kind", "causal", "bounds", "stage"),
+    ("precision", "mask_kind", "causal", "bounds", "stage", "shape"),
     [
-        ("fp16", "none", True, False, False),
-        ("fp16", "right-padded", True, True, True),
-        ("ieee", "holes", True, False, False),
-        ("fp16", "holes", False, False, True),
+        ("fp16", "none", True, False, False, (3, 37, 40, 5, 72, 2)),
+        ("fp16", "right-padded", True, True, True, (3, 37, 40, 5, 72, 2)),
+        ("ieee", "holes", True, False, False, (3, 37, 40, 5, 72, 2)),
+        ("fp16", "holes", False, False, True, (3, 37, 40, 5, 72, 2)),
+        # head_dim 16 = its padded tile: the unmasked K/V loads (EVEN_HD)
+        ("fp16", "right-padded", True, False, False, (2, 45, 64, 4, 96, 2)),
     ],
 )
 def test_rows_with_the_attention_and_post_rows_in_one_kernel(
-    precision, mask_kind, causal, bounds, stage, device
+    precision, mask_kind, causal, bounds, stage, shape, device
 ) -> None:
     """attn_post runs the flash attention and the post rows as one kernel (two launches a
     layer, no context buffer): it passes the rule against the reference model, agrees with
     the three-launch form to rounding (the output projection sums per head instead of per
     64 columns), never writes x, and other variants refuse it."""
-    shape = (3, 37, 40, 5, 72, 2)
     kwargs = dict(variant="rows", precision=precision, mask_kind=mask_kind, causal=causal)
     common = dict(block_m=16, block_n=16, row_block=32, mask_bounds=bounds, stage_residual=stage)
     three, reference, _ = run_stack(**kwargs, shape=shape, tiling=Tiling(**common), device=device)
@@ -363,3 +364,8 @@ def test_the_fused_attention_post_rows_shared_memory_estimate() -> None:
         **args, tiling=Tiling(block_m=64, row_block=64, num_stages=4, attn_post=True)
     )
     assert two >= three > 0 and deeper > two
+    # Refused on CUDA at 128-row tiles (the space forbids them too); allowed at 64.
+    wide = Tiling(block_m=128, row_block=64, attn_post=True)
+    assert any("with attn_post" in r for r in _reasons(variant="rows", tiling=wide))
+    narrow = Tiling(block_m=64, row_block=64, attn_post=True)
+    assert not _reasons(variant="rows", tiling=narrow)

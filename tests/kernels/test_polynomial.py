@@ -417,6 +417,26 @@ def test_the_guards_exact_path_can_be_the_callers(device: str) -> None:
     assert narrow.path == "polynomial" and len(calls) == 1
 
 
+def test_the_backends_exact_path_falls_back_to_triton_where_cudnn_refuses(device: str) -> None:
+    """The polynomial backend's exact path tries cuDNN's attention; where that refuses the
+    call (here: no cuDNN kernel off CUDA, or for these operands) the Triton kernel runs
+    into the same output and the refusal is kept for the decision."""
+    from autotune.backends.polynomial import _cudnn_or_triton
+
+    q, k, v = packed_qkv(2, 40, 2, 16, seed=14, std=0.3)
+    q_d, k_d, v_d = on_device(device, q, k, v)
+    out = torch.full((2, 40, 2, 16), float("nan"), device=device)
+    refused: list[str] = []
+    if device == "cuda":  # fp32 operands: cuDNN takes half only
+        q_d, k_d, v_d = q_d.float(), k_d.float(), v_d.float()
+    result = _cudnn_or_triton({**EXACT_TILES, "precision": "ieee"}, refused)(
+        q_d, k_d, v_d, 16**-0.5, out
+    )
+    assert len(refused) == 1 and refused[0]
+    assert result.data_ptr() == out.data_ptr()
+    assert_rule(result, attention_reference(q, k, v, causal=True), PROJECT_RULE)
+
+
 def test_guard_takes_the_polynomial_path_on_narrow_scores(device: str) -> None:
     q, k, v = packed_qkv(2, 60, 2, 16, seed=13, std=0.3)
     v = v / 0.3
