@@ -1023,6 +1023,20 @@ def not_supported_reasons(
 # --------------------------------------------------------------------------------------
 # Launchers
 # --------------------------------------------------------------------------------------
+def _post_weights(
+    w: LayerWeights, final_norm: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, ...]:
+    """The kernel arguments of the work after the attention, in their order: the output
+    projection, LayerNorm2, the FFN, and the norm the layer ends with (the final LayerNorm
+    in the last layer; LayerNorm2's parameters as unused placeholders otherwise)."""
+    f = w.fp32
+    norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
+    return (
+        w.o_weight, f.o_bias, f.norm2_weight, f.norm2_bias, w.ffn_in_weight, f.ffn_in_bias,
+        w.ffn_out_weight, f.ffn_out_bias, norm_w, norm_b,
+    )  # fmt: skip
+
+
 def _launch_layer(
     x: torch.Tensor,
     out: torch.Tensor,
@@ -1052,7 +1066,6 @@ def _launch_layer(
     num_rows = batch * seq_len
     mask_arg = mask_bytes if mask_bytes is not None else x  # dummy pointer when unused
     if variant == "seq":
-        norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
         num_q_blocks = triton.cdiv(seq_len, tiling.block_m)
         _seq_layer_kernel[(num_q_blocks, batch)](
             x,
@@ -1066,16 +1079,7 @@ def _launch_layer(
             f.k_bias,
             w.v_weight,
             f.v_bias,
-            w.o_weight,
-            f.o_bias,
-            f.norm2_weight,
-            f.norm2_bias,
-            w.ffn_in_weight,
-            f.ffn_in_bias,
-            w.ffn_out_weight,
-            f.ffn_out_bias,
-            norm_w,
-            norm_b,
+            *_post_weights(w, final_norm),
             seq_len,
             d_model,
             num_heads,
@@ -1176,22 +1180,12 @@ def _launch_layer(
             num_stages=tiling.num_stages,
             precision=attn_precision,
         )
-    norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,
         ctx,
         out,
         mask_arg,
-        w.o_weight,
-        f.o_bias,
-        f.norm2_weight,
-        f.norm2_bias,
-        w.ffn_in_weight,
-        f.ffn_in_bias,
-        w.ffn_out_weight,
-        f.ffn_out_bias,
-        norm_w,
-        norm_b,
+        *_post_weights(w, final_norm),
         num_rows,
         d_model,
         w.ffn_dim,
@@ -1229,28 +1223,15 @@ def _launch_attn_post(
     residuals of a layer in one launch, after the QKV rows kernel filled ``qkv``."""
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
-    f = w.fp32
-    norm_w, norm_b = final_norm if final_norm is not None else (f.norm2_weight, f.norm2_bias)
     num_m_blocks = triton.cdiv(seq_len, tiling.block_m)
     block_hd = padded_dim(head_dim)
-    views = qkv.view(batch, seq_len, 3, num_heads, head_dim).unbind(2)
-    check_int32_offsets(dict(zip("qkv", views, strict=True)), seq_len, head_dim)
     _attn_post_rows_kernel[(num_m_blocks, batch)](
         qkv,
         x,
         out,
         mask_bytes if mask_bytes is not None else x,
         key_bounds if key_bounds is not None else x,
-        w.o_weight,
-        f.o_bias,
-        f.norm2_weight,
-        f.norm2_bias,
-        w.ffn_in_weight,
-        f.ffn_in_bias,
-        w.ffn_out_weight,
-        f.ffn_out_bias,
-        norm_w,
-        norm_b,
+        *_post_weights(w, final_norm),
         seq_len,
         d_model,
         num_heads,
@@ -1374,6 +1355,10 @@ def layer_stack(
     if variant == "rows":
         qkv_dtype = _DTYPES.get(attn_precision, torch.float32)
         qkv = torch.empty((batch, seq_len, 3 * d_model), device=x.device, dtype=qkv_dtype)
+        if tiling.attn_post:  # the fused kernel reads q, k, v with int32 offsets
+            head_dim = d_model // num_heads
+            views = qkv.view(batch, seq_len, 3, num_heads, head_dim).unbind(2)
+            check_int32_offsets(dict(zip("qkv", views, strict=True)), seq_len, head_dim)
     bounds = None
     if tiling.mask_bounds and key_mask is not None:
         bounds = flash.key_mask_bounds(key_mask)  # one launch, for every layer
