@@ -172,7 +172,15 @@ SPACE = {
         _layer("heads", 32, 32, 4, 2, 16, 4),
         _layer("heads", 64, 64, 4, 2, 64, 4),
         _layer("rows", 64, 64, 4, 2, 64, 4),
-        dict(_layer("rows", 64, 64, 4, 3, 64, 4), row_attn_post=True, row_stage=True),
+        # The winners of later rounds (tables/h200.py v39): case 2's key tiles of 128 in
+        # one stage; rows with the staged residual and 32 FFN columns a step (case 6), and
+        # with key bounds and 3 stages (case 13). row_attn_post is not a prior: it lost on
+        # both (session 17, docs/kernels_h200.md).
+        _layer("heads", 32, 128, 4, 1, 16, 4),
+        dict(_layer("rows", 64, 64, 4, 2, 64, 4), row_stage=True, row_ffn_block=32),
+        dict(
+            _layer("rows", 64, 64, 4, 3, 64, 4), row_stage=True, row_ffn_block=32, mask_bounds=True
+        ),
         dict(_GRAPH_PLAN, attention="sdpa_efficient"),
         dict(_GRAPH_PLAN, attention="sdpa_cudnn", attn_precision="fp16"),
         dict(_GRAPH_PLAN, attention="sdpa_flash", attn_precision="fp16"),
@@ -184,6 +192,19 @@ SPACE = {
             _GRAPH_PLAN,
             attention="triton",
             attn_precision="fp16",
+            attn_block_m=32,
+            attn_block_n=32,
+            attn_warps=8,
+            attn_stages=3,
+            layernorm="triton",
+            ffn_act="triton_epilogue",
+        ),
+        # The same with fp16 GEMM operands: case 8's winner.
+        dict(
+            _GRAPH_PLAN,
+            attention="triton",
+            attn_precision="fp16",
+            gemm_precision="fp16",
             attn_block_m=32,
             attn_block_n=32,
             attn_warps=8,
