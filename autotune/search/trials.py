@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -412,16 +413,9 @@ def open_storage(
     if url.startswith("sqlite"):
         timeout = float(os.environ.get("AUTOTUNE_SQLITE_TIMEOUT", "30"))
         engine_kwargs = {"connect_args": {"timeout": timeout}}
-    retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
     for attempt in range(4):
         try:
-            return optuna.storages.RDBStorage(
-                url,
-                engine_kwargs=engine_kwargs,
-                heartbeat_interval=heartbeat_interval,
-                grace_period=grace_period,
-                heartbeat_stale_trial_callback=retry if heartbeat_interval else None,
-            )
+            return _rdb_storage(url, engine_kwargs, heartbeat_interval, grace_period)
         except (sqlalchemy.exc.SQLAlchemyError, ValueError, ImportError) as exc:
             # Processes that open a new database together race to create its schema:
             # the loser finds the tables made by the winner when it tries again.
@@ -434,6 +428,26 @@ def open_storage(
                 continue
             raise _storage_error(url, exc) from exc
     raise AssertionError("unreachable")
+
+
+def _rdb_storage(
+    url: str,
+    engine_kwargs: dict[str, Any],
+    heartbeat_interval: int | None,
+    grace_period: int | None,
+) -> optuna.storages.RDBStorage:
+    # Heartbeats and their retry callback are experimental in Optuna 5, which says so on
+    # every open (twice an export, once a worker): known and chosen, so not shown.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=engine_kwargs,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            heartbeat_stale_trial_callback=retry if heartbeat_interval else None,
+        )
 
 
 def _storage_error(url: str, exc: Exception) -> ValueError:

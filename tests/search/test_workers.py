@@ -332,3 +332,16 @@ def test_a_study_stops_when_its_space_is_exhausted_and_repeats_cost_no_trial(tmp
     measured = [t for t in complete if counts(t)]
     assert len(measured) == 4 == len({t.user_attrs["plan_hash"] for t in measured})
     assert len(complete) - len(measured) <= 1  # one repeat shows the space is spent: stop
+
+
+def test_opening_a_storage_with_heartbeats_warns_nothing(tmp_path) -> None:
+    """Optuna 5 calls heartbeats experimental on every open; an export opened the storage
+    twice and printed the warning's source line each time (session 18's campaign logs)."""
+    import warnings
+
+    from autotune.search.trials import open_storage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
+    assert storage.get_heartbeat_interval() == 10
