@@ -158,6 +158,7 @@ def _table(
     tmp_path: Path, buckets: list[dict], entries: dict | None = None, profile: str = "cpu"
 ) -> Path:
     path = tmp_path / f"{profile}.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_entries(path, profile, PROVENANCE, entries if entries is not None else {}, buckets)
     return path
 
@@ -290,6 +291,27 @@ def test_buckets_command_verifies_on_the_cpu_and_keeps_the_entries(tmp_path, mon
     assert len(after.buckets) == len(draft_buckets(entries, CPU)) > 0
     assert "buckets" in after.provenance and after.usable
     assert after.provenance["buckets"]["device"] == "cpu"  # as export names it: kept later
+
+
+def test_a_table_bucketed_into_another_path_follows_that_path_in_number(
+    tmp_path, monkeypatch
+) -> None:
+    """A campaign's table promoted over the shipped one (``buckets --table campaign.py
+    --out tables/h200.py``) takes the next version of the shipped table, not of its own."""
+    from autotune.cli.main import main
+
+    entries = {k: v for k, v in ENTRIES.items() if k[2:] == DIMS}
+    campaign = _table(tmp_path / "campaign", [], entries)  # version 1
+    shipped = tmp_path / "shipped.py"
+    for _ in range(3):  # versions 1-3, each with other content
+        write_entries(shipped, "cpu", {**PROVENANCE, "n": _}, {}, [])
+    assert load_table(shipped).version == 3 and load_table(campaign).version == 1
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: _outcome())
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", lambda fn, job: (fn(job), ""))
+    assert main(["buckets", "--table", str(campaign), "--gpu", "cpu", "--out", str(shipped)]) == 0
+    after = load_table(shipped)
+    assert after.version == 4 and dict(after.entries) == dict(load_table(campaign).entries)
+    assert load_table(campaign).version == 1  # the source is left as it was
 
 
 @pytest.mark.parametrize(

@@ -121,9 +121,15 @@ def write_entries(
     numbered_from: Path | None = None,
 ) -> tuple[Path, int]:
     """Render and atomically write a table of these entries and buckets; its version
-    follows the table at ``numbered_from`` (default: the one at ``path``)."""
+    follows the newer of the table at ``path`` and the one at ``numbered_from`` (the table
+    it was made from): a table written over another of its profile (a campaign's table
+    promoted into ``tables/``) never goes back in number."""
     path = Path(path)
-    version = next_version(numbered_from or path, profile, provenance, entries, buckets)
+    version = max(
+        next_version(p, profile, provenance, entries, buckets)
+        for p in (path, numbered_from)
+        if p is not None
+    )
     write_atomic(path, render_table(profile, version, provenance, entries, buckets))
     return path, version
 
