@@ -222,7 +222,8 @@ def plot_speedups(frame: pd.DataFrame, out: Path) -> Path:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xlabel("case")
     ax.set_ylabel("speedup over the reference (log)")
-    ax.legend(fontsize=7)
+    # Beside the axes, not over the last case's bars.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
