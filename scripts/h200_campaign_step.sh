@@ -7,9 +7,16 @@
 # from the logs (target: cases 1-14 within 25, cases 1-13 within 20).
 #   PHASE=study  CASES=1-7 STUDY_S=480   studies (resumed: a case with trials continues)
 #   PHASE=export CASES=1-7               export into docs/results/h200/campaign/h200.py
-#                                        (kept entries of other cases; anchors measured beside)
+#                                        (kept entries of other cases; anchors measured beside,
+#                                        ANCHORS=none for case 14, where no dense anchor runs)
+#   PHASE=promote CASES=all              the campaign table, with buckets verified here, over
+#                                        tables/h200.py (numbered after it) -> h200.py
+#   PHASE=bench CASES=1-13               autotune bench of tables/h200.py with every anchor and
+#                                        the hot path, resumable: docs/results/h200/bench.csv is
+#                                        carried in only when its rows are of this table
 # Usage (device): AUTOTUNE_COMMIT=... PHASE=study CASES=1-7 bash scripts/h200_campaign_step.sh
-# Returned: campaign_studies.db, campaign_h200.py (export), campaign_<phase>_<cases>.log.
+# Returned: campaign_studies.db, campaign_h200.py (export), h200.py (promote), bench.csv
+# (bench), campaign_<phase>_<cases>.log.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
@@ -32,9 +39,26 @@ case "$PHASE" in
     step "campaign export, cases $CASES"
     timeout "${EXPORT_S:-540}" python3 -m autotune export --gpu h200 --storage "$DB" \
       --out "$OUT/campaign_h200.py" --cases "$CASES" --finalists 2 \
-      --anchors sdpa+reduce-overhead ${VERIFIED:+--verified "$VERIFIED"} 2>&1 \
+      --anchors "${ANCHORS:-sdpa+reduce-overhead}" ${VERIFIED:+--verified "$VERIFIED"} 2>&1 \
       | grep -v -i warn | grep -v "guard paths" | tee -a "$LOG" | tail -18
     ;;
-  *) echo "PHASE must be study or export, got '$PHASE'" >&2; exit 2 ;;
+  promote)
+    step "campaign promote: $DIR/h200.py with buckets over tables/h200.py"
+    cp tables/h200.py "$OUT/h200.py"
+    timeout "${PROMOTE_S:-400}" python3 -m autotune buckets --table "$DIR/h200.py" --gpu h200 \
+      --out "$OUT/h200.py" 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -14
+    ;;
+  bench)
+    step "bench tables/h200.py, cases $CASES, every anchor, hot path"
+    python3 -c "import sys; from autotune.tools.bench import read_csv
+from autotune.runtime.table import load_table
+h = load_table('tables/h200.py').content_hash
+sys.exit(any(r.table_hash != h for r in read_csv('docs/results/h200/bench.csv')))" \
+      && cp docs/results/h200/bench.csv "$OUT/bench.csv"
+    timeout "${BENCH_S:-540}" python3 -m autotune bench --gpu h200 --table tables/h200.py \
+      --cases "$CASES" --anchors all --hot-path --csv "$OUT/bench.csv" 2>&1 \
+      | grep -v -i warn | tee -a "$LOG" | tail -22
+    ;;
+  *) echo "PHASE must be study, export, promote or bench, got '$PHASE'" >&2; exit 2 ;;
 esac
 echo "campaign $PHASE $CASES: $(( SECONDS - start )) s of device time" | tee -a "$LOG"
