@@ -303,8 +303,8 @@ def test_a_table_bucketed_into_another_path_follows_that_path_in_number(
     entries = {k: v for k, v in ENTRIES.items() if k[2:] == DIMS}
     campaign = _table(tmp_path / "campaign", [], entries)  # version 1
     shipped = tmp_path / "shipped.py"
-    for _ in range(3):  # versions 1-3, each with other content
-        write_entries(shipped, "cpu", {**PROVENANCE, "n": _}, {}, [])
+    for i in range(3):  # versions 1-3, each with other content
+        write_entries(shipped, "cpu", {**PROVENANCE, "n": i}, {}, [])
     assert load_table(shipped).version == 3 and load_table(campaign).version == 1
     monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: _outcome())
     monkeypatch.setattr("autotune.core.isolate.call_isolated", lambda fn, job: (fn(job), ""))
