@@ -333,6 +333,17 @@ KNOBS: tuple[Knob, ...] = (
         needs={True: "fused_layer=rows"},
         group="kernels",
     ),
+    Knob(
+        "row_next_qkv",
+        False,
+        "fused_layer=rows: each layer's post-attention rows kernel but the last's also "
+        "computes the next layer's LayerNorm1 and QKV projections from the rows it has just "
+        "written (two launches a layer and one; the residual stream read once a layer "
+        "fewer; the same arithmetic on the same values)",
+        choices=(False, True),
+        needs={True: "fused_layer=rows without row_attn_post"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -376,6 +387,7 @@ class Plan:
     row_ffn_block: int = 0
     row_stage: bool = False
     row_attn_post: bool = False
+    row_next_qkv: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

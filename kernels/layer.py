@@ -42,6 +42,10 @@ work is split where it parallelises:
   the context rounded once to the GEMM operand type, as the stored context is) into one
   fp32 accumulator, then the post-rows work on those rows (``attn_block_m`` rows,
   ``attn_warps``). No context buffer: the context never leaves the program.
+  With ``Tiling.next_qkv`` B also runs A1 of the next layer on the rows it has just
+  written (LayerNorm1 and the three projections of the layer after it, from the rows
+  still in its registers): A1 launches once a forward, for the first layer, and the
+  residual stream is read once a layer fewer (two launches a layer and one).
 
 Arithmetic follows shared/REFERENCE.md ("Model"): LayerNorm (biased variance, eps 1e-5),
 softmax state, GELU and the residual stream are fp32; the dot operands follow
@@ -186,6 +190,11 @@ class Tiling:
     # the output projection and goes on to the FFN of its rows (attn_block_m rows,
     # attn_warps); no context buffer.
     attn_post: bool = False
+    # rows: the post-rows kernel of each layer but the last also computes the next layer's
+    # LayerNorm1 and QKV projections from the rows it has just written (still in its
+    # registers), so the qkv-rows kernel runs once a forward (the first layer) and the
+    # residual stream is not read again for it. The same result, bit for bit.
+    next_qkv: bool = False
 
     def __post_init__(self) -> None:
         if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
@@ -399,30 +408,14 @@ def _qkv_rows_kernel(
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < d_model
     row_ok = offs_m < num_rows
-    h = _normed_rows(
-        x_ptr,
-        rows,
-        row_ok,
-        offs_d,
-        d_ok,
-        n1w_ptr,
-        n1b_ptr,
-        d_model,
-        eps,
-        PRECISION,
-        EMULATE_BF16_DOT,
+    y = tl.load(
+        x_ptr + rows[:, None] * d_model + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
     )
-    stride = 3 * d_model
-    _project_rows(
-        h, wq_ptr, bq_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 0, stride, d_model,
-        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
-    )  # fmt: skip
-    _project_rows(
-        h, wk_ptr, bk_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, d_model, stride, d_model,
-        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
-    )  # fmt: skip
-    _project_rows(
-        h, wv_ptr, bv_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 2 * d_model, stride, d_model,
+    _qkv_of_rows(
+        y, qkv_ptr, n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr,
+        rows, row_ok, offs_d, d_ok, d_model, eps,
         BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
     )  # fmt: skip
 
@@ -511,6 +504,37 @@ def _post_rows_tail(
             BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
         )  # fmt: skip
     tl.store(out_ptr + offsets, y, mask=io_mask)
+    return y
+
+
+@triton.jit
+def _qkv_of_rows(
+    y, qkv_ptr, n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr,
+    rows, row_ok, offs_d, d_ok, d_model, eps,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """LayerNorm1 of fp32 rows ``y`` (padded columns 0) and the three projections into the
+    packed ``qkv`` rows ``rows`` (``[*, 3 * d_model]``): the qkv-rows kernel's work on rows
+    it would have loaded."""
+    h = to_operand(
+        _layernorm_rows(y, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps),
+        PRECISION,
+        EMULATE_BF16_DOT,
+    )
+    stride = 3 * d_model
+    _project_rows(
+        h, wq_ptr, bq_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 0, stride, d_model,
+        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    _project_rows(
+        h, wk_ptr, bk_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, d_model, stride, d_model,
+        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
+    _project_rows(
+        h, wv_ptr, bv_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 2 * d_model, stride, d_model,
+        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -529,6 +553,15 @@ def _post_rows_kernel(
     b2_ptr,
     nfw_ptr,
     nfb_ptr,
+    qkv_ptr,
+    n1w_ptr,
+    n1b_ptr,
+    wq_ptr,
+    bq_ptr,
+    wk_ptr,
+    bk_ptr,
+    wv_ptr,
+    bv_ptr,
     num_rows,
     d_model,
     ffn_dim,
@@ -542,7 +575,12 @@ def _post_rows_kernel(
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
     STAGE_RESIDUAL: tl.constexpr,
+    NEXT_QKV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
+    """The post-attention rows of one layer; with ``NEXT_QKV`` also the next layer's
+    LayerNorm1 and QKV projections of the same rows into ``qkv`` (its weights in
+    ``n1w_ptr`` .. ``bv_ptr``; unused placeholders otherwise)."""
     offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
@@ -573,12 +611,18 @@ def _post_rows_kernel(
             PRECISION,
             EMULATE_BF16_DOT,
         )
-    _post_rows_tail(
+    y = _post_rows_tail(
         a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
         b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
         HAS_KEY_MASK, FINAL_NORM, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
         STAGE_RESIDUAL,
     )  # fmt: skip
+    if NEXT_QKV:
+        _qkv_of_rows(
+            y, qkv_ptr, n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr,
+            rows, row_ok, offs_d, d_ok, d_model, eps,
+            BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -933,6 +977,12 @@ def _config_errors(
             reasons.append(f"{name}={value} must be one of {SUPPORTED_NUM_WARPS}")
     if tiling.num_stages < 1:
         reasons.append(f"attn_stages={tiling.num_stages} must be >= 1")
+    if tiling.next_qkv and (variant != "rows" or tiling.attn_post):
+        reasons.append(
+            "next_qkv applies to variant='rows' without attn_post: its post-rows kernel "
+            f"writes the next layer's qkv (got variant={variant!r}, "
+            f"attn_post={tiling.attn_post})"
+        )
     for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
         if value not in ROW_PRECISIONS:
             known = precision_reasons(value, None)
@@ -1037,6 +1087,15 @@ def _post_weights(
     )  # fmt: skip
 
 
+def _qkv_weights(w: LayerWeights) -> tuple[torch.Tensor, ...]:
+    """The kernel arguments of LayerNorm1 and the QKV projections, in their order."""
+    f = w.fp32
+    return (
+        f.norm1_weight, f.norm1_bias, w.q_weight, f.q_bias, w.k_weight, f.k_bias,
+        w.v_weight, f.v_bias,
+    )  # fmt: skip
+
+
 def _launch_layer(
     x: torch.Tensor,
     out: torch.Tensor,
@@ -1054,10 +1113,14 @@ def _launch_layer(
     attn_precision: str,
     key_mask: torch.Tensor | None,
     key_bounds: torch.Tensor | None = None,
+    qkv_ready: bool = False,
+    next_w: LayerWeights | None = None,
 ) -> None:
     """One layer: ``out = layer(x)`` (``out`` may be ``x``: the last kernel reads and
     writes only its own rows, after the attention has read all of ``x``; for ``seq`` only
-    with one query block per sequence)."""
+    with one query block per sequence). ``rows`` only: ``qkv_ready``, the previous layer's
+    post rows already wrote this layer's ``qkv``; ``next_w``, this layer's post rows also
+    writes the next layer's ``qkv`` with those weights."""
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
     block_d = padded_dim(d_model)
@@ -1137,27 +1200,21 @@ def _launch_layer(
         )
     else:
         assert qkv is not None
-        _qkv_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
-            x,
-            qkv,
-            f.norm1_weight,
-            f.norm1_bias,
-            w.q_weight,
-            f.q_bias,
-            w.k_weight,
-            f.k_bias,
-            w.v_weight,
-            f.v_bias,
-            num_rows,
-            d_model,
-            LAYERNORM_EPS,
-            BLOCK_R=tiling.row_block,
-            BLOCK_D=block_d,
-            BLOCK_N=min(block_d, 64),
-            PRECISION=gemm_precision,
-            EMULATE_BF16_DOT=emulate,
-            num_warps=tiling.row_warps,
-        )
+        if not qkv_ready:
+            _qkv_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
+                x,
+                qkv,
+                *_qkv_weights(w),
+                num_rows,
+                d_model,
+                LAYERNORM_EPS,
+                BLOCK_R=tiling.row_block,
+                BLOCK_D=block_d,
+                BLOCK_N=min(block_d, 64),
+                PRECISION=gemm_precision,
+                EMULATE_BF16_DOT=emulate,
+                num_warps=tiling.row_warps,
+            )
         if tiling.attn_post:
             _launch_attn_post(
                 x, out, qkv, w, mask_bytes, key_bounds, final_norm, num_heads=num_heads,
@@ -1180,12 +1237,16 @@ def _launch_layer(
             num_stages=tiling.num_stages,
             precision=attn_precision,
         )
+    if next_w is not None and (qkv is None or final_norm is not None):
+        raise ValueError("next_w: the next layer's qkv comes from a rows layer but the last")
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,
         ctx,
         out,
         mask_arg,
         *_post_weights(w, final_norm),
+        qkv if next_w is not None else x,  # placeholders when unused
+        *_qkv_weights(next_w if next_w is not None else w),
         num_rows,
         d_model,
         w.ffn_dim,
@@ -1199,6 +1260,8 @@ def _launch_layer(
         PRECISION=gemm_precision,
         EMULATE_BF16_DOT=emulate,
         STAGE_RESIDUAL=tiling.stage_residual,
+        NEXT_QKV=next_w is not None,
+        BLOCK_N=min(block_d, 64),
         num_warps=tiling.row_warps,
     )
 
@@ -1365,6 +1428,7 @@ def layer_stack(
     current = x
     for i, w in enumerate(layers):
         last = i == len(layers) - 1
+        chained = tiling.next_qkv and variant == "rows"
         _launch_layer(
             current,
             out,
@@ -1381,6 +1445,8 @@ def layer_stack(
             attn_precision=attn_precision,
             key_mask=key_mask,
             key_bounds=bounds,
+            qkv_ready=chained and i > 0,
+            next_w=layers[i + 1] if chained and not last else None,
         )
         current = out
     return out

@@ -397,10 +397,13 @@ def _run_layer(
     """The fused layer stack (both launch variants) against the project's reference model;
     ``padding``: "" no mask, "padded" right padding, "masked" holes anywhere (key 0 kept);
     "-staged": the residual staged in memory; "-f16": 16 FFN columns a step; "post" (last):
-    rows with the attention and post rows in one kernel."""
+    rows with the attention and post rows in one kernel; "chain" (last): rows whose post
+    rows write the next layer's qkv."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    next_qkv = padding.endswith("chain")
+    padding = padding.removesuffix("chain").removesuffix("-")
     attn_post = padding.endswith("post")
     padding = padding.removesuffix("post").removesuffix("-")
     ffn_block = 16 if padding.endswith("-f16") else 0
@@ -444,6 +447,7 @@ def _run_layer(
                 stage_residual=padding.endswith("-staged"),
                 ffn_block=ffn_block,
                 attn_post=attn_post,
+                next_qkv=next_qkv,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -573,6 +577,9 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("rows", "ieee", "padded-staged-post", True),
         ("rows", "fp16", "post", False),
         ("rows", "fp16", "masked-staged-f16-post", True),
+        ("rows", "fp16", "masked-bounds-chain", True),
+        ("rows", "ieee", "padded-staged-chain", True),
+        ("rows", "fp16", "chain", False),
     )
     for variant, precision, padding, causal in layer_cases if reference else ():
         name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (

@@ -281,6 +281,17 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     for other in ({"fused_layer": "heads"}, {"fused_layer": "seq"}, {"fused_layer": "none"}):
         reasons = not_supported_reasons(layer.replace(row_attn_post=True, **other), cfg, cpu_device)
         assert any("row_attn_post=True fuses" in r for r in reasons), (other, reasons)
+    # row_next_qkv: the post rows of fused_layer=rows (three launches) write the next qkv.
+    chained = bounded.replace(row_next_qkv=True)
+    assert not_supported_reasons(chained, long, cpu_device) == []
+    for other in (
+        {"fused_layer": "heads"},
+        {"fused_layer": "seq"},
+        {"fused_layer": "none"},
+        {"row_attn_post": True},
+    ):
+        reasons = not_supported_reasons(chained.replace(**other), long, cpu_device)
+        assert any("row_next_qkv=True chains" in r for r in reasons), (other, reasons)
     # row_ffn_block: the fused layers only; a search skips the value that gives the
     # default's FFN columns (d_model 32, ffn 48: the default is 64, padded 64).
     assert not_supported_reasons(layer.replace(row_ffn_block=16), cfg, cpu_device) == []

@@ -52,6 +52,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_attn_post=True fuses the attention and post-attention rows of "
                 "fused_layer=rows; got fused_layer=none"
             )
+        if plan.row_next_qkv:
+            reasons.append(
+                "row_next_qkv=True chains the post-attention rows and the next layer's QKV "
+                "of fused_layer=rows; got fused_layer=none"
+            )
         return reasons
 
 
@@ -70,6 +75,7 @@ def tiling(plan: Any) -> Any:
         stage_residual=plan.row_stage,
         ffn_block=plan.row_ffn_block,
         attn_post=plan.row_attn_post,
+        next_qkv=plan.row_next_qkv,
     )
 
 
@@ -100,6 +106,12 @@ class _FusedLayer(FusedLayerFamily):
             reasons.append(
                 "row_attn_post=True fuses the attention and post-attention rows of "
                 f"fused_layer=rows; fused_layer={self.value} has no separate attention kernel"
+            )
+        if plan.row_next_qkv and (self.value != "rows" or plan.row_attn_post):
+            reasons.append(
+                "row_next_qkv=True chains the post-attention rows kernel and the next layer's "
+                "QKV of fused_layer=rows without row_attn_post; got "
+                f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
             )
         if plan.row_stage and self.value == "seq":
             reasons.append(

@@ -369,3 +369,50 @@ def test_the_fused_attention_post_rows_shared_memory_estimate() -> None:
     assert any("with attn_post" in r for r in _reasons(variant="rows", tiling=wide))
     narrow = Tiling(block_m=64, row_block=64, attn_post=True)
     assert not _reasons(variant="rows", tiling=narrow)
+
+
+@pytest.mark.parametrize(
+    ("precision", "mask_kind", "causal", "stage", "shape"),
+    [
+        ("fp16", "right-padded", True, True, (3, 37, 40, 5, 72, 3)),
+        ("ieee", "holes", True, False, (3, 37, 40, 5, 72, 2)),
+        ("fp16", "holes", False, False, (2, 45, 64, 4, 96, 2)),
+        ("fp16", "none", True, True, (2, 20, 40, 5, 72, 1)),  # one layer: nothing to chain
+    ],
+)
+def test_rows_with_the_next_layers_qkv_in_the_post_rows(
+    precision, mask_kind, causal, stage, shape, device, monkeypatch
+) -> None:
+    """next_qkv: each post-rows launch but the last also writes the next layer's qkv from
+    the rows it has just written, so the qkv-rows kernel runs once a forward; the same
+    arithmetic on the same values (bit for bit under the interpreter), x never written;
+    heads and attn_post refuse it."""
+    from kernels import layer
+
+    launches = {"qkv rows": 0}
+    real = layer._qkv_rows_kernel
+
+    class Counted:
+        def __getitem__(self, grid):
+            launches["qkv rows"] += 1
+            return real[grid]
+
+    monkeypatch.setattr(layer, "_qkv_rows_kernel", Counted())
+    kwargs = dict(variant="rows", precision=precision, mask_kind=mask_kind, causal=causal)
+    common = dict(block_m=16, block_n=16, row_block=16, stage_residual=stage)
+    three, reference, _ = run_stack(**kwargs, shape=shape, tiling=Tiling(**common), device=device)
+    assert launches["qkv rows"] == shape[-1]
+    chained, _, x_change = run_stack(
+        **kwargs, shape=shape, tiling=Tiling(**common, next_qkv=True), device=device
+    )
+    assert launches["qkv rows"] == shape[-1] + 1
+    assert compare(chained, reference, PROJECT_RULE).passed
+    if device == "cpu":
+        assert torch.equal(chained, three)
+    else:  # compiled separately: the LayerNorm's contractions may round differently
+        torch.testing.assert_close(chained, three, rtol=1e-4, atol=2e-5)
+    assert torch.count_nonzero(x_change) == 0
+    for variant, extra in (("heads", {}), ("rows", {"attn_post": True})):
+        with pytest.raises(ValueError, match="next_qkv applies to variant='rows' without"):
+            run_stack(**dict(kwargs, variant=variant), shape=shape,
+                      tiling=Tiling(**common, next_qkv=True, **extra), device=device)  # fmt: skip
