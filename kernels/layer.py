@@ -193,7 +193,8 @@ class Tiling:
     # rows: the post-rows kernel of each layer but the last also computes the next layer's
     # LayerNorm1 and QKV projections from the rows it has just written (still in its
     # registers), so the qkv-rows kernel runs once a forward (the first layer) and the
-    # residual stream is not read again for it. The same result, bit for bit.
+    # residual stream is not read again for it. The same arithmetic on the same values
+    # (bit for bit under the interpreter; compiled, the LayerNorm may sum in another order).
     next_qkv: bool = False
 
     def __post_init__(self) -> None:
@@ -1121,6 +1122,10 @@ def _launch_layer(
     with one query block per sequence). ``rows`` only: ``qkv_ready``, the previous layer's
     post rows already wrote this layer's ``qkv``; ``next_w``, this layer's post rows also
     writes the next layer's ``qkv`` with those weights."""
+    if (next_w is not None or qkv_ready) and (variant != "rows" or tiling.attn_post or qkv is None):
+        raise ValueError("next_w and qkv_ready chain the post rows of variant='rows' only")
+    if next_w is not None and final_norm is not None:
+        raise ValueError("next_w: the last layer (the final LayerNorm) has no next layer")
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
     block_d = padded_dim(d_model)
@@ -1237,8 +1242,6 @@ def _launch_layer(
             num_stages=tiling.num_stages,
             precision=attn_precision,
         )
-    if next_w is not None and (qkv is None or final_norm is not None):
-        raise ValueError("next_w: the next layer's qkv comes from a rows layer but the last")
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,
         ctx,

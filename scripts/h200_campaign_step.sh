@@ -45,12 +45,15 @@ case "$PHASE" in
   promote)
     step "campaign promote: $DIR/h200.py with buckets over tables/h200.py"
     cp tables/h200.py "$OUT/h200.py"
-    timeout "${PROMOTE_S:-400}" python3 -m autotune buckets --table "$DIR/h200.py" --gpu h200 \
-      --out "$OUT/h200.py" 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -14
+    if ! timeout "${PROMOTE_S:-400}" python3 -m autotune buckets --table "$DIR/h200.py" \
+        --gpu h200 --out "$OUT/h200.py" 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -14; then
+      rm -f "$OUT/h200.py"  # not promoted: nothing comes back that looks like a new table
+      echo "campaign promote FAILED (see above): tables/h200.py unchanged" | tee -a "$LOG"
+    fi
     ;;
   bench)
     step "bench tables/h200.py, cases $CASES, every anchor, hot path"
-    python3 -c "import sys; from autotune.tools.bench import read_csv
+    [ -f docs/results/h200/bench.csv ] && python3 -c "import sys; from autotune.tools.bench import read_csv
 from autotune.runtime.table import load_table
 h = load_table('tables/h200.py').content_hash
 sys.exit(any(r.table_hash != h for r in read_csv('docs/results/h200/bench.csv')))" \

