@@ -8,6 +8,18 @@ here applies the mask on the device; the Triton kernels take it as it is.
 """
 
 _GRAPH_PLAN = {"heads": "strided", "qkv": "packed", "cuda_graph": True}
+# The per-layer Triton attention with the fused LayerNorm and GELU epilogue under a graph.
+_TRITON_EPILOGUE = dict(
+    _GRAPH_PLAN,
+    attention="triton",
+    attn_precision="fp16",
+    attn_block_m=32,
+    attn_block_n=32,
+    attn_warps=8,
+    attn_stages=3,
+    layernorm="triton",
+    ffn_act="triton_epilogue",
+)
 _SDPA = ["sdpa_auto", "sdpa_efficient", "sdpa_flash", "sdpa_cudnn"]
 _LAYERS = ["heads", "rows"]  # the variants with row kernels (row_block, row_warps)
 _PER_LAYER = {"fused_block": [False], "fused_layer": ["none"]}  # the unfused path's knobs
@@ -188,30 +200,9 @@ SPACE = {
         dict(_GRAPH_PLAN, attention="sdpa_cudnn", attn_precision="fp16", gemm_precision="fp16"),
         # Priors from the first H200 round: the Triton attention with the fused LayerNorm
         # and GELU epilogue under a graph, and the fused block (fewest kernels).
-        dict(
-            _GRAPH_PLAN,
-            attention="triton",
-            attn_precision="fp16",
-            attn_block_m=32,
-            attn_block_n=32,
-            attn_warps=8,
-            attn_stages=3,
-            layernorm="triton",
-            ffn_act="triton_epilogue",
-        ),
+        _TRITON_EPILOGUE,
         # The same with fp16 GEMM operands: case 8's winner.
-        dict(
-            _GRAPH_PLAN,
-            attention="triton",
-            attn_precision="fp16",
-            gemm_precision="fp16",
-            attn_block_m=32,
-            attn_block_n=32,
-            attn_warps=8,
-            attn_stages=3,
-            layernorm="triton",
-            ffn_act="triton_epilogue",
-        ),
+        dict(_TRITON_EPILOGUE, gemm_precision="fp16"),
         {
             "attention": "triton",
             "fused_block": True,
