@@ -24,9 +24,15 @@ PHASE=${PHASE:?PHASE=study or export}
 CASES=${CASES:?CASES=1-7 (a case spec)}
 DIR=docs/results/h200/campaign
 LOG="$OUT/campaign_${PHASE}_${CASES//,/_}.log"
-if [ -f "$DIR/studies.db" ]; then cp "$DIR/studies.db" "$OUT/campaign_studies.db"; fi
+# A step earlier in the same call has already brought the storage (and table) to $OUT and
+# written to it there: never overwrite that with the tree's older copy.
+if [ ! -f "$OUT/campaign_studies.db" ] && [ -f "$DIR/studies.db" ]; then
+  cp "$DIR/studies.db" "$OUT/campaign_studies.db"
+fi
 DB="sqlite:///$OUT/campaign_studies.db"
-[ -f "$DIR/h200.py" ] && cp "$DIR/h200.py" "$OUT/campaign_h200.py"
+if [ ! -f "$OUT/campaign_h200.py" ] && [ -f "$DIR/h200.py" ]; then
+  cp "$DIR/h200.py" "$OUT/campaign_h200.py"
+fi
 start=$SECONDS
 case "$PHASE" in
   study)
