@@ -29,6 +29,7 @@ from autotune.measure import (
     STUDY_TIMING,
     TimingSettings,
     count_kernels,
+    host_ms_per_call,
     measure_interleaved,
     paired_stats,
     peak_forward_memory,
@@ -207,8 +208,9 @@ def evaluate_many(
                     deployed = _deployed(candidate, entry.module, entry.timed, x, mask, cuda)
                     ready.append(dataclasses.replace(entry, index=i, timed=deployed))
                 entry = None
-            stats, ref_peak, counts = _time(bench, ready, timing, kernels, cuda, phases)
-        for index, outcome in [(r.index, _passed(r, stats, ref_peak, counts)) for r in ready]:
+            stats, ref_peak, counts, host = _time(bench, ready, timing, kernels, cuda, phases)
+        passed = [(r.index, _passed(r, stats, ref_peak, counts, host)) for r in ready]
+        for index, outcome in passed:
             outcomes[index] = outcome
     except Exception as exc:  # timing itself failed: every candidate still waiting fails
         for index in [r.index for r in ready]:
@@ -224,7 +226,11 @@ def evaluate_many(
 
 
 def _passed(
-    r: _Ready, stats: dict[int, Any], ref_peak: int | None, counts: dict[int, int | None]
+    r: _Ready,
+    stats: dict[int, Any],
+    ref_peak: int | None,
+    counts: dict[int, int | None],
+    host: dict[int, float],
 ) -> Outcome:
     return Outcome(
         OutcomeKind.PASSED,
@@ -236,6 +242,7 @@ def _passed(
         peak_memory_bytes=r.peak,
         ref_peak_memory_bytes=ref_peak,
         kernels_per_forward=counts.get(r.index),
+        host_ms_per_call=host.get(r.index),
     )
 
 
@@ -326,14 +333,16 @@ def _time(
     kernels: bool,
     cuda: bool,
     phases: list[dict[str, float]],
-) -> tuple[dict[int, Any], int | None, dict[int, int | None]]:
+) -> tuple[dict[int, Any], int | None, dict[int, int | None], dict[int, float]]:
     """Paired timing of every ready candidate against the reference in one interleaved
     run (the oracle, seconds a forward, is timed once per bench instead); the reference's
-    peak; kernels per forward when asked."""
+    peak; kernels per forward when asked; on CUDA each candidate's host time per call
+    (``host_ms_per_call``; not where the oracle judges: forwards of seconds)."""
     stats: dict[int, Any] = {}
     counts: dict[int, int | None] = {}
+    host: dict[int, float] = {}
     if timing is None or not ready:
-        return stats, None, counts
+        return stats, None, counts, host
     t0 = time.perf_counter()
     x, mask = bench.timing_inputs()
     ref = bench.reference
@@ -353,11 +362,17 @@ def _time(
             reps, results = measure_interleaved([lambda: ref(x, mask), *fns], timing, cuda=cuda)
             refs = [results[0]] * len(ready)
             results = results[1:]
-    spent = time.perf_counter() - t0
     for r, ref_res, res in zip(ready, refs, results, strict=True):
         stats[r.index] = paired_stats(ref_res, res, reps, cuda)
+    if cuda and bench.reference_kind != "oracle":
+        with torch.inference_mode():
+            for r in ready:  # bursts of about 50 ms: 3-20 calls
+                calls = max(3, min(20, int(50 / max(stats[r.index].cand_median_ms, 1e-3))))
+                host[r.index] = host_ms_per_call(r.timed, calls=calls)
+    spent = time.perf_counter() - t0
+    for r in ready:
         phases[r.index]["timing"] = spent
-    return stats, ref_peak, counts
+    return stats, ref_peak, counts, host
 
 
 def _failure(exc: BaseException) -> Outcome:

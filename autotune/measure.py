@@ -183,6 +183,23 @@ def measure_interleaved(
     return reps, [(statistics.median(s), rr) for s, rr in zip(samples, rounds, strict=True)]
 
 
+def host_ms_per_call(fn: Callable[[], Any], calls: int = 20, bursts: int = 3) -> float:
+    """A warm forward's host cost on CUDA: ``calls`` calls issued back to back with no
+    synchronisation between them, the wall time over the count; the median of ``bursts``
+    such bursts, each started on an idle device. Below the device time per forward a
+    forward is GPU-bound; above it, the host sets the pace."""
+    fn()
+    samples = []
+    for _ in range(bursts):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - t0) * 1e3 / calls)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
 def steady_calls_sync_free(fn: Callable[[], Any], calls: int = 3) -> str:
     """Whether ``calls`` warm calls of ``fn`` run without a host synchronisation on CUDA
     (``torch.cuda.set_sync_debug_mode("error")``): "yes", or "no: " and the first line of

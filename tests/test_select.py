@@ -149,3 +149,89 @@ def test_finalists_are_the_fastest_by_absolute_time_against_one_study_reference(
     # Under a memory cap only the lean plan fits: the cap picks along the front.
     capped = select.finalists(study, k=2, max_memory=30 * 2**20)
     assert [trials.trial_plan(t) for t in capped] == [lean]
+
+
+def test_a_host_bound_finalist_loses_to_a_graph_a_little_slower(monkeypatch) -> None:
+    """Session 19, case 8: a compile=default plan 1.6% faster by its median in the export's
+    process, but with its host busy for most of it (HOST_HEADROOM x its host time is past
+    the graph-captured plan's median), ran 1.8x slower in a process with a slower host.
+    The graph ships; the evidence keeps both host times and says why."""
+    from autotune.core.outcome import HOST_HEADROOM
+
+    host_bound = Plan(attention="sdpa_cudnn", compile="default")
+    graphed = Plan(attention="sdpa_efficient", heads="strided", cuda_graph=True)
+    measured = {host_bound: (1.206, 1.0), graphed: (1.226, 0.036)}
+    assert HOST_HEADROOM * 1.0 > 1.226
+
+    def fake_evaluate_many(bench, plans, **_):
+        out = []
+        for p in plans:
+            ms, host = measured[p]
+            stats = TimingStats(3.2, ms, 3.2 / ms, 0.005, 3, 100)
+            out.append(
+                Outcome(OutcomeKind.PASSED, timing=stats, seeds_checked=5, host_ms_per_call=host)
+            )
+        return out
+
+    def pick(found: list[Plan], incumbent: Plan | None = None):
+        monkeypatch.setattr(select, "finalists", lambda *a, **k: [_frozen(p) for p in found])
+        inc = Incumbent(incumbent, "s", 1) if incumbent else None
+        return select_winner(study, select_profile("cpu"), bench, incumbent=inc, anchors=())
+
+    monkeypatch.setattr(select, "evaluate_many", fake_evaluate_many)
+    bench = CaseBench(get_case("smoke-1"), detect_device("cpu"))
+    study = optuna.create_study(study_name="s", directions=["minimize"])
+    assert pick([host_bound]).plan == host_bound  # alone, it ships: nothing to prefer
+    # Both finalists: the graph wins, and the reason names the lower median passed over.
+    winner = pick([host_bound, graphed])
+    assert winner.plan == graphed and winner.admitted
+    assert "host 2x slower" in winner.reason and "1.0000 ms of host time" in winner.reason
+    notes = {n["plan"]: n for n in winner.finalists}
+    assert notes[host_bound.describe()]["host_ms"] == 1.0
+    assert notes[graphed.describe()]["host_ms"] == 0.036
+    # Against a host-bound incumbent the graph replaces it (beyond the noise, robustly).
+    winner = pick([graphed], incumbent=host_bound)
+    assert winner.plan == graphed and "replaces the incumbent" in winner.reason
+    # With its host time unknown (the CPU; older records) the median decides, as before.
+    measured[host_bound] = (1.206, None)
+    assert pick([host_bound, graphed]).plan == host_bound
+
+
+def _frozen(plan: Plan) -> optuna.trial.FrozenTrial:
+    from autotune.search import trials
+
+    return optuna.trial.create_trial(
+        values=[0.5, 1.0], user_attrs={trials.PLAN: plan.to_dict(), trials.PLAN_HASH: plan.hash}
+    )
+
+
+def test_finalists_rank_host_bound_trials_by_the_time_a_slower_host_would_take() -> None:
+    """A trial's recorded host time per call (CUDA) places it by ``robust_ms``: the plan
+    with the lower median but HOST_HEADROOM x its host time past the other's median comes
+    second; a trial without a host time keeps its median."""
+    from autotune.core.outcome import robust_ms
+    from autotune.search import trials
+
+    host_bound = Plan(attention="sdpa_cudnn", compile="default")
+    graphed = Plan(attention="sdpa_efficient", heads="strided", cuda_graph=True)
+    unknown = Plan(attention="sdpa_math", qkv="packed")
+    specs = [(host_bound, 1.206, 1.0), (graphed, 1.226, 0.036), (unknown, 1.5, None)]
+    study = optuna.create_study(directions=["minimize", "minimize"])
+
+    def objective(trial: optuna.Trial) -> list[float]:
+        plan, cand, host = specs[trial.number]
+        stats = TimingStats(3.2, cand, 3.2 / cand, 0.01, 3, 100)
+        outcome = Outcome(OutcomeKind.PASSED, timing=stats, seeds_checked=5, host_ms_per_call=host)
+        assert Outcome.from_json(outcome.to_json()) == outcome  # the host time is recorded
+        return trials.record_outcome(
+            trial, plan, outcome, 2**40, trials.study_reference_ms(study, outcome)
+        )
+
+    study.optimize(objective, n_trials=3)
+    assert [trials.trial_plan(t) for t in select.finalists(study, k=3)] == [
+        graphed,
+        unknown,
+        host_bound,
+    ]
+    assert robust_ms(1.206, 1.0) == 2.0 and robust_ms(1.5, None) == 1.5
+    assert robust_ms(1.226, 0.036) == 1.226

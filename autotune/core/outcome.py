@@ -25,6 +25,20 @@ class OutcomeKind(enum.StrEnum):
         return self.value.replace("_", " ")
 
 
+# A plan must stay GPU-bound with its host running this many times slower than in the
+# process that measured it: a deployment's host does other work. Session 19's bench of
+# tables/h200.py v40 ran case 8's compile=default plan, 1.21 ms at its export, at 2.16 ms
+# in a process where its host took 2.27 ms a call (1.12 ms of GPU time a forward).
+HOST_HEADROOM = 2.0
+
+
+def robust_ms(median_ms: float, host_ms: float | None, headroom: float = HOST_HEADROOM) -> float:
+    """The time a forward would take with its host ``headroom`` times slower: its measured
+    median, or ``headroom`` x its host time per call where that is longer (unknown host
+    time: the median)."""
+    return median_ms if host_ms is None else max(median_ms, headroom * host_ms)
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingStats:
     """Paired, interleaved timing of reference and candidate (milliseconds)."""
@@ -68,6 +82,8 @@ class Outcome:
     predicted_memory_bytes: int | None = None
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     kernels_per_forward: int | None = None  # device kernels of one forward, when counted
+    # Host milliseconds a warm call costs (CUDA, calls issued back to back), when measured.
+    host_ms_per_call: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -94,6 +110,7 @@ class Outcome:
             "predicted_memory_bytes": self.predicted_memory_bytes,
             "phase_seconds": dict(self.phase_seconds),
             "kernels_per_forward": self.kernels_per_forward,
+            "host_ms_per_call": self.host_ms_per_call,
         }
 
     @classmethod
@@ -110,6 +127,7 @@ class Outcome:
             predicted_memory_bytes=data.get("predicted_memory_bytes"),
             phase_seconds=dict(data.get("phase_seconds", {})),
             kernels_per_forward=data.get("kernels_per_forward"),
+            host_ms_per_call=data.get("host_ms_per_call"),
         )
 
     def summary_line(self) -> str:

@@ -21,7 +21,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.core.cases import Case, get_case, parse_custom
-from autotune.core.outcome import Outcome, OutcomeKind
+from autotune.core.outcome import Outcome, OutcomeKind, robust_ms
 from autotune.plan import Plan
 
 OBJECTIVES = ("relative_latency", "peak_memory_mib")
@@ -267,14 +267,24 @@ def candidate_ms(trial: FrozenTrial) -> float | None:
     return float(ms) if ms is not None else None
 
 
+def candidate_host_ms(trial: FrozenTrial) -> float | None:
+    """The candidate's host time per call as its trial measured it (CUDA; None unknown)."""
+    outcome = trial.user_attrs.get(OUTCOME) or {}
+    ms = outcome.get("host_ms_per_call")
+    return float(ms) if ms is not None else None
+
+
 def feasible_by_time(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """Feasible trials, fastest first by their own absolute candidate time (a trial without
-    one by its latency objective, after those with)."""
+    """Feasible trials, fastest first by their own absolute candidate time, as it would be
+    with the host ``HOST_HEADROOM`` times slower where the trial measured its host time
+    (``robust_ms``); a trial without a time by its latency objective, after those with."""
     feasible = [t for t in trials if is_feasible(t)]
 
     def order(t: FrozenTrial) -> tuple[int, float, float, int]:
         ms = candidate_ms(t)
-        return (0, ms, t.values[1], t.number) if ms is not None else (1, *_latency_order(t))
+        if ms is None:
+            return (1, *_latency_order(t))
+        return (0, robust_ms(ms, candidate_host_ms(t)), t.values[1], t.number)
 
     return sorted(feasible, key=order)
 

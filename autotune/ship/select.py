@@ -1,6 +1,7 @@
 """Winner selection: from a study's feasible trials, re-measure the fastest few (by their
 trials' absolute times, under the memory cap: the cap picks along the latency-memory
-front) in one interleaved run with more repeats and more correctness seeds; admit a winner
+front) in one interleaved run with more repeats and more correctness seeds, each with its
+host time per call on CUDA; rank them as they would run with a slower host; admit a winner
 only when its gain over the reference exceeds the measured noise, else the case keeps the
 reference."""
 
@@ -13,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.build import not_supported_reasons
-from autotune.core.outcome import OutcomeKind, TimingStats
+from autotune.core.outcome import HOST_HEADROOM, OutcomeKind, TimingStats, robust_ms
 from autotune.core.profiles import ProfileSelection
 from autotune.evaluate import evaluate_many
 from autotune.judge.gate import SELECTION_GATE, CaseBench, GateSettings
@@ -135,7 +136,12 @@ def select_winner(
     in the same run; one that is faster than the pick ships instead, so the table is never
     below the best anchor measured beside it. On CUDA a plan that reads the mask on the
     host every call (a synchronisation) is not shipped, except where the oracle judges
-    (a forward of seconds, never graphed)."""
+    (a forward of seconds, never graphed).
+
+    Every comparison (finalists, incumbent, anchors) is by the time a forward would take
+    with the host ``HOST_HEADROOM`` times slower than in this process (``robust_ms``: the
+    median, or that multiple of the host time per call where longer): a plan whose host
+    work nearly hides its GPU time loses to a graph-captured one a little slower here."""
     case = bench.case
     space_hash = trials.space_hash_of(study)
     cap = max_memory if max_memory is not None else selection.capacity_bytes
@@ -205,14 +211,21 @@ def select_winner(
             note(number, plan, dropped=why)
             continue
         stats = outcome.timing
+        host = outcome.host_ms_per_call
         note(
             number,
             plan,
             speedup=round(stats.speedup, 4),
             noise=round(stats.noise, 4),
             median_ms=round(stats.cand_median_ms, 5),
+            **({"host_ms": round(host, 5)} if host is not None else {}),
         )
         scored.append((stats, number, plan, source, outcome))
+
+    def pace(s: tuple[TimingStats, Any, Plan, str, Any]) -> float:
+        """The speedup over the reference with the host HOST_HEADROOM times slower."""
+        return s[0].ref_median_ms / robust_ms(s[0].cand_median_ms, s[4].host_ms_per_call)
+
     measured_anchors = [s for s in scored if s[2] in anchor_of]
     scored = [s for s in scored if s[2] not in anchor_of] or measured_anchors
     if not scored:
@@ -227,12 +240,19 @@ def select_winner(
             else "no feasible trial",
             notes,
         )
-    best = max(scored, key=lambda s: s[0].speedup)
+    best = max(scored, key=pace)
     reason = f"fastest of {len(scored)} re-measured finalists"
+    quickest_median = max(scored, key=lambda s: s[0].speedup)
+    if quickest_median is not best and quickest_median[4].host_ms_per_call is not None:
+        reason += (
+            f" with the host {HOST_HEADROOM:g}x slower ({quickest_median[2].describe()} had the "
+            f"lower median, {quickest_median[0].cand_median_ms:.4f} ms, but "
+            f"{quickest_median[4].host_ms_per_call:.4f} ms of host time a call)"
+        )
     held = [s for s in scored if s[2] == inc_plan]
     if held and best is not held[0]:
         inc = held[0]
-        over = best[0].speedup / inc[0].speedup - 1.0
+        over = pace(best) / pace(inc) - 1.0
         margin = max(best[0].noise, inc[0].noise, MIN_GAIN)
         if over <= margin:
             reason = (
@@ -244,8 +264,8 @@ def select_winner(
             reason = f"replaces the incumbent: {100 * over:.1f}% faster > noise {100 * margin:.1f}%"
     elif held:
         reason = "incumbent re-measured fastest"
-    quickest = max(measured_anchors, key=lambda s: s[0].speedup, default=None)
-    if quickest is not None and quickest is not best and quickest[0].speedup > best[0].speedup:
+    quickest = max(measured_anchors, key=pace, default=None)
+    if quickest is not None and quickest is not best and pace(quickest) > pace(best):
         reason = (
             f"anchor {anchor_of[quickest[2]]} measured faster than every finalist "
             f"({quickest[0].cand_median_ms:.4f} ms against {best[0].cand_median_ms:.4f} ms)"

@@ -21,7 +21,12 @@ from autotune.core.profiles import ProfileSelection
 from autotune.core.reference import official_settings
 from autotune.evaluate import Candidate, evaluate_many
 from autotune.judge.gate import CaseBench, GateSettings
-from autotune.measure import OFFICIAL_TIMING, TimingSettings, steady_calls_sync_free
+from autotune.measure import (
+    OFFICIAL_TIMING,
+    TimingSettings,
+    host_ms_per_call,
+    steady_calls_sync_free,
+)
 from autotune.plan import ANCHORS, Plan
 from autotune.runtime import DispatchedTransformer, DispatchTable
 
@@ -169,22 +174,11 @@ def measure_hot_path(
     kernels per forward (profiler over ``profiled`` forwards: kernels, copies and sets),
     and whether steady calls are free of host synchronisation
     (``set_sync_debug_mode("error")``)."""
-    import statistics
-    import time
-
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
         fn()
-    bursts = []
-    for _ in range(5):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        bursts.append((time.perf_counter() - t0) * 1e6 / calls)
-    host = statistics.median(bursts)
-    torch.cuda.synchronize()
+    host = host_ms_per_call(fn, calls, bursts=5) * 1e3
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(profiled):
             fn()

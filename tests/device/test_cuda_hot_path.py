@@ -177,3 +177,24 @@ def test_bucket_plans_serve_an_unseen_shape_correctly_and_sync_free(path, bucket
         finally:
             torch.cuda.set_sync_debug_mode(0)
         torch.cuda.synchronize()
+
+
+def test_evaluation_records_each_passing_candidates_host_time_per_call():
+    """On CUDA every timed candidate's outcome carries its host milliseconds a call (what
+    export ranks finalists by, with the host slower); the value itself is not asserted."""
+    import math
+
+    from autotune.core.cases import get_case
+    from autotune.evaluate import evaluate_many
+    from autotune.judge.gate import CaseBench
+    from autotune.measure import TimingSettings
+
+    bench = CaseBench(get_case("smoke-1"), detect_device("cuda"))
+    timing = TimingSettings(warmup=2, rounds=2, reps=5)
+    eager = Plan(attention="sdpa_efficient", heads="strided", qkv="packed")
+    outcomes = evaluate_many(bench, [GRAPHED, eager], timing=timing, prune=False)
+    for outcome in outcomes:
+        assert outcome.passed, outcome.message
+        host = outcome.host_ms_per_call
+        assert host is not None and math.isfinite(host) and host > 0
+    bench.release()
