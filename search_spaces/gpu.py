@@ -50,6 +50,14 @@ def _layer(
     }
 
 
+# The rows plans of tables/h200.py v40: the staged residual with 32 FFN columns a step
+# (case 6), and that with key-mask bounds and 3 attention stages (cases 1, 11, 13).
+_ROWS_STAGED = dict(_layer("rows", 64, 64, 4, 2, 64, 4), row_stage=True, row_ffn_block=32)
+_ROWS_BOUNDED = dict(
+    _layer("rows", 64, 64, 4, 3, 64, 4), row_stage=True, row_ffn_block=32, mask_bounds=True
+)
+
+
 SPACE = {
     "name": "gpu",
     "profiles": ["rtx5080", "rtx4090", "a100", "h100", "h200"],
@@ -137,6 +145,9 @@ SPACE = {
         # rows in two launches a layer: the flash attention and the post rows in one kernel
         # (every head of a query block, the output projection accumulated, then the FFN).
         {"name": "row_attn_post", "values": [False, True], "when": {"fused_layer": ["rows"]}},
+        # rows in 2L + 1 launches: the post rows of each layer but the last also write the
+        # next layer's LayerNorm1 + QKV (session 19: case 13 3.4% faster, case 6 neutral).
+        {"name": "row_next_qkv", "values": [False, True], "when": {"fused_layer": ["rows"]}},
         # torch.compile of the forward with a library attention (the one line a user
         # writes, as a plan the search can pick): compile time is the trial's first call.
         # max-autotune is left out: minutes of compile per shape, and its TF32 Triton GEMMs
@@ -176,6 +187,8 @@ SPACE = {
         # The fused attention + post rows holds a [128, d_model] fp32 accumulator beside the
         # attention's state at 128-row tiles: the family of tiles that faulted above.
         {"forbid": {"row_attn_post": [True], "attn_block_m": [128]}},
+        # The chain follows the post rows kernel, which row_attn_post folds into attention.
+        {"forbid": {"row_attn_post": [True], "row_next_qkv": [True]}},
     ],
     "enqueue": [
         {},
@@ -189,10 +202,12 @@ SPACE = {
         # with key bounds and 3 stages (case 13). row_attn_post is not a prior: it lost on
         # both (session 17, docs/kernels_h200.md).
         _layer("heads", 32, 128, 4, 1, 16, 4),
-        dict(_layer("rows", 64, 64, 4, 2, 64, 4), row_stage=True, row_ffn_block=32),
-        dict(
-            _layer("rows", 64, 64, 4, 3, 64, 4), row_stage=True, row_ffn_block=32, mask_bounds=True
-        ),
+        _ROWS_STAGED,
+        _ROWS_BOUNDED,
+        # The same two with the next layer's QKV chained into the post rows (session 19,
+        # docs/kernels_h200.md): case 13 843.6 us against 873.0, case 6 neutral.
+        dict(_ROWS_STAGED, row_next_qkv=True),
+        dict(_ROWS_BOUNDED, row_next_qkv=True),
         dict(_GRAPH_PLAN, attention="sdpa_efficient"),
         dict(_GRAPH_PLAN, attention="sdpa_cudnn", attn_precision="fp16"),
         dict(_GRAPH_PLAN, attention="sdpa_flash", attn_precision="fp16"),
