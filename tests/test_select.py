@@ -192,6 +192,7 @@ def test_a_host_bound_finalist_loses_to_a_graph_a_little_slower(monkeypatch) -> 
     # Against a host-bound incumbent the graph replaces it (beyond the noise, robustly).
     winner = pick([graphed], incumbent=host_bound)
     assert winner.plan == graphed and "replaces the incumbent" in winner.reason
+    assert "faster with the host 2x slower (the incumbent had the lower median" in winner.reason
     # With its host time unknown (the CPU; older records) the median decides, as before.
     measured[host_bound] = (1.206, None)
     assert pick([host_bound, graphed]).plan == host_bound

@@ -240,20 +240,29 @@ def select_winner(
             else "no feasible trial",
             notes,
         )
+
+    def paced(s: tuple[TimingStats, Any, Plan, str, Any]) -> bool:
+        """Whether the host, not the median, set this one's pace."""
+        return s[0].ref_median_ms / pace(s) > s[0].cand_median_ms
+
+    def host_note(s: tuple[TimingStats, Any, Plan, str, Any], who: str) -> str:
+        return (
+            f" with the host {HOST_HEADROOM:g}x slower ({who} had the lower median, "
+            f"{s[0].cand_median_ms:.4f} ms, but {s[4].host_ms_per_call:.4f} ms of host time "
+            "a call)"
+        )
+
     best = max(scored, key=pace)
     reason = f"fastest of {len(scored)} re-measured finalists"
     quickest_median = max(scored, key=lambda s: s[0].speedup)
-    if quickest_median is not best and quickest_median[4].host_ms_per_call is not None:
-        reason += (
-            f" with the host {HOST_HEADROOM:g}x slower ({quickest_median[2].describe()} had the "
-            f"lower median, {quickest_median[0].cand_median_ms:.4f} ms, but "
-            f"{quickest_median[4].host_ms_per_call:.4f} ms of host time a call)"
-        )
+    if quickest_median is not best and paced(quickest_median):
+        reason += host_note(quickest_median, quickest_median[2].describe())
     held = [s for s in scored if s[2] == inc_plan]
     if held and best is not held[0]:
         inc = held[0]
         over = pace(best) / pace(inc) - 1.0
         margin = max(best[0].noise, inc[0].noise, MIN_GAIN)
+        how = host_note(inc, "the incumbent") if paced(inc) and inc is quickest_median else ""
         if over <= margin:
             reason = (
                 f"incumbent kept: the best challenger {best[2].describe()} was "
@@ -261,7 +270,9 @@ def select_winner(
             )
             best = inc
         else:
-            reason = f"replaces the incumbent: {100 * over:.1f}% faster > noise {100 * margin:.1f}%"
+            reason = (
+                f"replaces the incumbent: {100 * over:.1f}% faster{how} > noise {100 * margin:.1f}%"
+            )
     elif held:
         reason = "incumbent re-measured fastest"
     quickest = max(measured_anchors, key=pace, default=None)
