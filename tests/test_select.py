@@ -236,3 +236,26 @@ def test_finalists_rank_host_bound_trials_by_the_time_a_slower_host_would_take()
     ]
     assert robust_ms(1.206, 1.0) == 2.0 and robust_ms(1.5, None) == 1.5
     assert robust_ms(1.226, 0.036) == 1.226
+
+
+def test_bench_says_which_entries_the_host_paces() -> None:
+    """The hot-path table's "paced by" column: the host when a call's host time reaches the
+    GPU time of a forward, "host at 2x" when it would with the host HOST_HEADROOM times
+    slower; those cases are named under the table (session 19's case 8: 2272.6 us of host a
+    call, 1120.0 us of GPU time)."""
+    from autotune.tools.bench import BenchRow, paced_by, summarise
+
+    assert paced_by(2272.6, 1120.0) == "host"
+    assert paced_by(600.0, 1120.0) == "host at 2x"
+    assert paced_by(16.6, 60.9) == "GPU"
+    assert paced_by(5.0, None) == "host"  # no GPU time measured: nothing hides the host
+    rows = [
+        BenchRow("2", "plan a", "PASS", 2.386, 0.065, 36.5, 0.01, host_us=16.6, gpu_us=60.9),
+        BenchRow("8", "plan b", "PASS", 5.028, 2.158, 2.33, 0.01, host_us=2272.6, gpu_us=1120.0),
+    ]
+    text = summarise(rows)
+    assert "paced by" in text.splitlines()[1]
+    line8 = next(x for x in text.splitlines() if x.startswith("8 ") and "2272.6" in x)
+    assert " host " in line8
+    assert "paced by the host, now or with the host 2x slower: case 8 (" in text
+    assert "case 2" not in text.split("paced by the host")[-1]

@@ -16,7 +16,7 @@ import torch
 from autotune.build import build_candidate, not_supported_reasons
 from autotune.core.cases import Case, case_sort_key
 from autotune.core.device import DeviceInfo
-from autotune.core.outcome import OutcomeKind
+from autotune.core.outcome import HOST_HEADROOM, OutcomeKind
 from autotune.core.profiles import ProfileSelection
 from autotune.core.reference import official_settings
 from autotune.evaluate import Candidate, evaluate_many
@@ -210,6 +210,15 @@ def row_line(r: BenchRow) -> str:
     )
 
 
+def paced_by(host_us: float, gpu_us: float | None) -> str:
+    """What sets a steady forward's pace: "host" when a call's host time reaches its GPU
+    time, "host at 2x" (HOST_HEADROOM) when it would with the host that much slower,
+    else "GPU"."""
+    if not gpu_us or host_us >= gpu_us:
+        return "host"
+    return f"host at {HOST_HEADROOM:g}x" if HOST_HEADROOM * host_us >= gpu_us else "GPU"
+
+
 def summarise(rows: list[BenchRow]) -> str:
     """What follows the rows: the baseline and anchor tables, and the geometric mean."""
     timed = [r for r in rows if r.speedup]
@@ -271,15 +280,26 @@ def summarise(rows: list[BenchRow]) -> str:
         lines.append("")
         lines.append(
             f"{'case':<8} {'table ms':>9} {'host us/call':>13} {'GPU us/fwd':>11} "
-            f"{'kernels':>8} {'ceiling':>8}  sync-free"
+            f"{'kernels':>8} {'ceiling':>8}  {'paced by':<9} sync-free"
         )
+        exposed = []
         for r in rows:
             if r.host_us is not None:
+                pace = paced_by(r.host_us, r.gpu_us)
+                if pace != "GPU":
+                    exposed.append(r)
                 lines.append(
                     f"{r.case:<8} {r.table_ms or 0:>9.3f} {r.host_us:>13.1f} "
                     f"{r.gpu_us or 0:>11.1f} {r.kernels or 0:>8.0f} "
-                    f"{r.ceiling or 0:>7.1f}x  {r.sync_free}"
+                    f"{r.ceiling or 0:>7.1f}x  {pace:<9} {r.sync_free}"
                 )
+        if exposed:
+            lines.append(
+                f"paced by the host, now or with the host {HOST_HEADROOM:g}x slower: case "
+                + ", ".join(str(r.case) for r in exposed)
+                + f" (re-export: export ranks plans by their time with the host "
+                f"{HOST_HEADROOM:g}x slower)"
+            )
     if timed:
         geo = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed))
         worst = min(timed, key=lambda r: r.speedup)
