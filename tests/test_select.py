@@ -243,7 +243,8 @@ def test_bench_says_which_entries_the_host_paces() -> None:
     GPU time of a forward, "host at 2x" when it would with the host HOST_HEADROOM times
     slower; those cases are named under the table (session 19's case 8: 2272.6 us of host a
     call, 1120.0 us of GPU time)."""
-    from autotune.tools.bench import BenchRow, paced_by, summarise
+    from autotune.core.outcome import paced_by
+    from autotune.tools.bench import BenchRow, summarise
 
     assert paced_by(2272.6, 1120.0) == "host"
     assert paced_by(600.0, 1120.0) == "host at 2x"
@@ -259,3 +260,34 @@ def test_bench_says_which_entries_the_host_paces() -> None:
     assert " host " in line8
     assert "paced by the host, now or with the host 2x slower: case 8 (" in text
     assert "case 2" not in text.split("paced by the host")[-1]
+
+
+def test_report_says_where_each_cases_time_goes_beside_its_floor() -> None:
+    """From a bench CSV with the hot path: per case the host and GPU time, what paces it,
+    the floor at the profile's ceilings and the time a target speedup needs; the cases
+    below the target, those no schedule can bring to it, and those the host paces are
+    named (session 19's v40 bench, cases 2 and 8)."""
+    import pandas as pd
+
+    from autotune.tools.floors import CEILINGS, floor_of
+    from autotune.tools.report import time_goes_markdown
+
+    frame = pd.DataFrame(
+        [
+            {"case": "2", "ref_ms": 2.386, "table_ms": 0.0654, "speedup": 36.5,
+             "host_us": 16.6, "gpu_us": 60.9, "kernels": 8},
+            {"case": "8", "ref_ms": 5.028, "table_ms": 2.158, "speedup": 2.33,
+             "host_us": 2272.6, "gpu_us": 1120.0, "kernels": 42},
+        ]
+    )  # fmt: skip
+    text = "\n".join(time_goes_markdown(frame, "h200", 25.0))
+    floor8 = floor_of(get_case("8"), CEILINGS["h200"]).floor_us
+    assert f"{floor8:.1f}" in text and "us for 25x" in text
+    assert "Below 25x over this run's reference: 8 (2158.0 us, needs 201.1)." in text
+    assert "Cannot reach 25x on any schedule" in text and "8 (reference 9.1x)" in text
+    assert "Paced by the host, now or with the host twice as slow: case 8 (" in text
+    # A profile without measured ceilings: no floors, said so; no hot path: no section.
+    assert "no measured ceilings for profile 'cpu'" in "\n".join(
+        time_goes_markdown(frame, "cpu", None)
+    )
+    assert time_goes_markdown(frame.drop(columns=["host_us", "gpu_us"]), "h200", 25.0) == []

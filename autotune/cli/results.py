@@ -136,6 +136,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.notes and not Path(args.notes).is_file():
         raise ValueError(f"--notes {args.notes!r} does not exist; give a markdown file")
+    if args.target is not None and not 1.0 < args.target < float("inf"):
+        raise ValueError(
+            f"--target {args.target:g} is not a speedup above 1; give e.g. --target 25"
+        )
     if args.unseen and not Path(args.unseen).is_file():
         raise ValueError(f"--unseen {args.unseen!r} does not exist; give an 'autotune unseen' CSV")
     studies = profile_studies(open_storage(args.storage), args.gpu)
@@ -160,6 +164,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         notes=args.notes,
         efficiency=args.efficiency,
         unseen_csv=args.unseen,
+        target=args.target,
     )
     print(f"wrote {path}")
     return 0
@@ -314,6 +319,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument(
         "--notes",
         help="a markdown file appended to the page (targets, misses and what would close them)",
+    )
+    p.add_argument(
+        "--target",
+        type=float,
+        metavar="X",
+        help="a speedup over the reference: with a --bench CSV from --hot-path, the time "
+        "each case needs for it beside its floor, and the cases that cannot reach it",
     )
     p.set_defaults(func=cmd_report)
 

@@ -39,6 +39,15 @@ def robust_ms(median_ms: float, host_ms: float | None, headroom: float = HOST_HE
     return median_ms if host_ms is None else max(median_ms, headroom * host_ms)
 
 
+def paced_by(host_us: float, gpu_us: float | None) -> str:
+    """What sets a steady forward's pace: "host" when a call's host time reaches its GPU
+    time, "host at 2x" (HOST_HEADROOM) when it would with the host that much slower,
+    else "GPU"."""
+    if not gpu_us or host_us >= gpu_us:
+        return "host"
+    return f"host at {HOST_HEADROOM:g}x" if HOST_HEADROOM * host_us >= gpu_us else "GPU"
+
+
 @dataclasses.dataclass(frozen=True)
 class TimingStats:
     """Paired, interleaved timing of reference and candidate (milliseconds)."""

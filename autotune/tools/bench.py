@@ -16,7 +16,7 @@ import torch
 from autotune.build import build_candidate, not_supported_reasons
 from autotune.core.cases import Case, case_sort_key
 from autotune.core.device import DeviceInfo
-from autotune.core.outcome import HOST_HEADROOM, OutcomeKind
+from autotune.core.outcome import HOST_HEADROOM, OutcomeKind, paced_by
 from autotune.core.profiles import ProfileSelection
 from autotune.core.reference import official_settings
 from autotune.evaluate import Candidate, evaluate_many
@@ -208,15 +208,6 @@ def row_line(r: BenchRow) -> str:
         f"{f(r.speedup, '.2f', 8, 'x')} {f(noise, '.1f', 6, '%')} "
         f"{f(r.ref_peak_mib, '.0f', 9)} {f(r.table_peak_mib, '.0f', 9)}  {r.route}"
     )
-
-
-def paced_by(host_us: float, gpu_us: float | None) -> str:
-    """What sets a steady forward's pace: "host" when a call's host time reaches its GPU
-    time, "host at 2x" (HOST_HEADROOM) when it would with the host that much slower,
-    else "GPU"."""
-    if not gpu_us or host_us >= gpu_us:
-        return "host"
-    return f"host at {HOST_HEADROOM:g}x" if HOST_HEADROOM * host_us >= gpu_us else "GPU"
 
 
 def summarise(rows: list[BenchRow]) -> str:

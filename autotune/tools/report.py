@@ -9,7 +9,10 @@ from typing import Any
 
 import pandas as pd
 
+from autotune.core.cases import get_case
+from autotune.core.outcome import paced_by
 from autotune.search import trials
+from autotune.tools.floors import CEILINGS, floor_of
 
 
 def evaluation_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
@@ -200,6 +203,90 @@ def bench_frame(csv_path: str | Path) -> pd.DataFrame:
     return frame
 
 
+def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) -> list[str]:
+    """Where each benched case's time goes, from a ``bench --hot-path`` CSV: the table's
+    time, host time a call and device time a forward (kernels), what paces it, its floor at
+    the profile's measured ceilings (``autotune floors``; none for a profile without them),
+    and with ``target`` the time that speedup needs over this run's reference. Cases whose
+    reference is less than ``target`` times their floor cannot reach it on any schedule.
+    Nothing where the CSV has no hot-path columns."""
+    if "gpu_us" not in frame or frame["gpu_us"].isna().all():
+        return []
+    ceilings = CEILINGS.get(profile)
+    rows, short, unreachable, host_paced = [], [], [], []
+    for _, r in frame.iterrows():
+        if pd.isna(r.get("gpu_us")) or pd.isna(r.get("speedup")):
+            continue
+        try:
+            floor = floor_of(get_case(str(r["case"])), ceilings).floor_us if ceilings else None
+        except ValueError:  # a case id this version does not know: no floor
+            floor = None
+        table_us = r["table_ms"] * 1e3
+        pace = paced_by(float(r["host_us"]), float(r["gpu_us"]))
+        row = {
+            "case": r["case"],
+            "ref ms": f"{r['ref_ms']:.3f}",
+            "table us": f"{table_us:.1f}",
+            "speedup": f"{r['speedup']:.2f}x",
+            "host us/call": f"{r['host_us']:.1f}",
+            "GPU us/fwd": f"{r['gpu_us']:.1f}",
+            "kernels": "-" if pd.isna(r.get("kernels")) else f"{r['kernels']:.0f}",
+            "paced by": pace,
+            "floor us": f"{floor:.1f}" if floor else "-",
+            "GPU / floor": f"{r['gpu_us'] / floor:.2f}" if floor else "-",
+        }
+        if pace != "GPU":
+            host_paced.append(str(r["case"]))
+        if target:
+            need = r["ref_ms"] * 1e3 / target
+            row[f"us for {target:g}x"] = f"{need:.1f}"
+            if r["speedup"] < target:
+                short.append(f"{r['case']} ({table_us:.1f} us, needs {need:.1f})")
+            if floor and need < floor:
+                unreachable.append(f"{r['case']} (reference {r['ref_ms'] * 1e3 / floor:.1f}x)")
+        rows.append(row)
+    if not rows:
+        return []
+    lines = [
+        "## Where the time goes",
+        "",
+        "From the bench's hot path: host microseconds a call (calls issued back to back), "
+        "device microseconds and kernels a forward (profiler), what paces a steady forward "
+        "(`host at 2x`: it would be the host, were the host twice as slow)"
+        + (
+            f", and the floor at {profile}'s measured ceilings (`autotune floors`)."
+            if ceilings
+            else f"; no floors (no measured ceilings for profile {profile!r})."
+        ),
+        "",
+        pd.DataFrame(rows).to_markdown(
+            index=False, disable_numparse=True, colalign=["right"] * len(rows[0])
+        ),
+        "",
+    ]
+    if target:
+        lines += [
+            f"Below {target:g}x over this run's reference: "
+            + (", ".join(short) if short else "none")
+            + ".",
+            "",
+        ]
+        if unreachable:
+            lines += [
+                f"Cannot reach {target:g}x on any schedule (reference under {target:g}x its "
+                "floor): " + ", ".join(unreachable) + ".",
+                "",
+            ]
+    if host_paced:
+        lines += [
+            "Paced by the host, now or with the host twice as slow: case "
+            + ", ".join(host_paced)
+            + " (export ranks plans by their time with a slower host: re-export these).",
+            "",
+        ]
+    return lines
+
+
 def plot_speedups(frame: pd.DataFrame, out: Path) -> Path:
     """Per-case speedup bars (log scale): the table and every passing anchor."""
     plt = _plt()
@@ -358,6 +445,7 @@ def write_report(
     notes: str | Path | None = None,
     efficiency: list[str] | None = None,
     unseen_csv: str | Path | None = None,
+    target: float | None = None,
 ) -> Path:
     """A markdown page: tables (pandas) and figures (matplotlib), with provenance; a
     hand-written ``notes`` file (targets, misses, what would close them) is appended."""
@@ -446,6 +534,7 @@ def write_report(
                 ]
         plot_speedups(frame, out / "speedups.png")
         lines += ["![speedups](speedups.png)", ""]
+        lines += time_goes_markdown(frame, profile, target)
     if table is not None:
         rows = []
 
