@@ -229,6 +229,10 @@ def test_finalists_rank_host_bound_trials_by_the_time_a_slower_host_would_take()
         )
 
     study.optimize(objective, n_trials=3)
+    # The latency objective is the same time over the study's reference (the first's 3.2).
+    assert [round(t.values[0], 6) for t in study.trials] == [
+        round(ms / 3.2, 6) for ms in (2.0, 1.226, 1.5)
+    ]
     assert [trials.trial_plan(t) for t in select.finalists(study, k=3)] == [
         graphed,
         unknown,

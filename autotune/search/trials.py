@@ -185,8 +185,10 @@ def record_outcome(
     reference_ms: float | None = None,
 ) -> list[float]:
     """Store the outcome on the trial, set the constraints, return the objective values:
-    latency is the candidate's median over ``reference_ms`` (the study's fixed reference
-    time; without it, over the reference timed beside it), and peak memory in MiB."""
+    latency is the candidate's time over ``reference_ms`` (the study's fixed reference
+    time; without it, over the reference timed beside it), and peak memory in MiB. The
+    time is the median, or HOST_HEADROOM x the host time a call where that is longer
+    (``robust_ms``: what export ranks by; the host time is measured on CUDA only)."""
     trial.set_user_attr(PLAN, plan.to_dict())
     trial.set_user_attr(PLAN_HASH, plan.hash)
     trial.set_user_attr(OUTCOME_KIND, outcome.kind.value)
@@ -203,7 +205,8 @@ def record_outcome(
     if outcome.passed and outcome.timing is not None:
         ref = reference_ms if reference_ms else outcome.timing.ref_median_ms
         trial.set_user_attr(LATENCY_REFERENCE_MS, ref)
-        return [outcome.timing.cand_median_ms / ref, peak / 2**20]
+        time = robust_ms(outcome.timing.cand_median_ms, outcome.host_ms_per_call)
+        return [time / ref, peak / 2**20]
     return [PENALTY_LATENCY, peak / 2**20]
 
 
