@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 17, planned in session 19: the rows cases re-studied in the GPU space that has
-# row_next_qkv (space 557265b89d2d46b0; its priors are v40's two rows plans with and without
+# row_next_qkv (space c4142f56f9c3316f; its first priors are v40's two rows plans with
 # the chain), in the project's studies.db, then exported into tables/h200.py (v41) with 3
 # finalists each, ranked under the host headroom; the incumbents are v41's entries.
 # Session 19 measured the chain alone on case 13 at 843.6 us against 873.0 (one process).
@@ -10,7 +10,7 @@
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
-CASES=${CASES:-13,1,11}
+CASES=${CASES:-13,1,9}
 LOG="$OUT/s20_chain.log"
 cp studies.db "$OUT/studies.db"
 cp tables/h200.py "$OUT/h200.py"
