@@ -344,6 +344,17 @@ KNOBS: tuple[Knob, ...] = (
         needs={True: "fused_layer=rows without row_attn_post"},
         group="kernels",
     ),
+    Knob(
+        "pdl",
+        False,
+        "fused_layer=heads or rows: every kernel of the forward launched with programmatic "
+        "dependent launch (Hopper and newer): the next kernel's launch overlaps the tail of "
+        "the one before it, and it waits for that one to finish before its first load (the "
+        "same arithmetic; fewer microseconds between dependent launches)",
+        choices=(False, True),
+        needs={True: "fused_layer=heads or rows without row_attn_post; CUDA sm_90+"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -388,6 +399,7 @@ class Plan:
     row_stage: bool = False
     row_attn_post: bool = False
     row_next_qkv: bool = False
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

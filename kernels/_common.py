@@ -75,6 +75,40 @@ class Tiles:
         return dataclasses.asdict(self)
 
 
+# Programmatic dependent launch (Hopper and newer): a kernel launched with it may start
+# while the previous kernel of the stream is still running; it must not touch memory that
+# kernel wrote (or reads) before ``gdc_wait`` returns, which is when that kernel has
+# finished and its writes are visible.
+PDL_MIN_CAPABILITY = (9, 0)
+
+
+def pdl_reasons(device_type: str, capability: tuple[int, int] | None) -> list[str]:
+    """Why programmatic dependent launch cannot be used here ([] when it can)."""
+    if device_type != "cuda" or capability is None:
+        return [
+            "pdl=True (programmatic dependent launch) needs a CUDA GPU of compute capability "
+            f"{PDL_MIN_CAPABILITY[0]}.{PDL_MIN_CAPABILITY[1]} or newer; got {device_type}"
+        ]
+    if tuple(capability) < PDL_MIN_CAPABILITY:
+        return [
+            f"pdl=True (programmatic dependent launch) needs compute capability "
+            f"{PDL_MIN_CAPABILITY[0]}.{PDL_MIN_CAPABILITY[1]} or newer; this GPU is "
+            f"sm_{capability[0]}{capability[1]}"
+        ]
+    return []
+
+
+@triton.jit
+def grid_dependency_enter(USE_GDC: tl.constexpr):
+    """With ``USE_GDC`` (the kernel launched with ``launch_pdl=True``): wait until the
+    previous kernel of the stream has finished and its writes are visible, then let the
+    next kernel launch (its programs wait in their own ``gdc_wait``). Call it before the
+    kernel's first load or store; nothing otherwise."""
+    if USE_GDC:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 @triton.jit
 def gelu_exact(v):
     """erf GELU (the reference's), on an fp32 tile."""

@@ -25,6 +25,7 @@ from kernels._common import (
     check_int32_offsets,
     check_out,
     check_qkv,
+    grid_dependency_enter,
     padded_head_dim,
 )
 from kernels._precision import (
@@ -345,7 +346,9 @@ def _attention_fwd_kernel(
     EVEN_D: tl.constexpr,
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
+    grid_dependency_enter(USE_GDC)
     # 1-D grid: (batch * head)-major so the query blocks of one head run together and
     # share its K/V in L2; within a head the most expensive (last, causal) blocks go first.
     num_m_blocks = tl.cdiv(seq_len, BLOCK_M)
@@ -611,6 +614,7 @@ def attention(
     num_warps: int = 4,
     num_stages: int = 2,
     precision: str = "tf32",
+    pdl: bool = False,
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``
     float32). ``out`` may be float16: computed in fp32, rounded once on the store.
@@ -623,7 +627,9 @@ def attention(
     skipped; the result is the same.
     Query rows with no valid key at all give 0 here where the reference gives NaN. The
     launcher does not synchronise the device (safe to use inside CUDA graph capture); it
-    does not check that ``out`` does not alias k or v.
+    does not check that ``out`` does not alias k or v. ``pdl``: launched with programmatic
+    dependent launch (Hopper+, compiled only): it may start while the previous kernel of
+    the stream runs and waits for it before its first load.
     """
     check_precision(precision)
     check_qkv(q, k, v, precision)
@@ -698,7 +704,9 @@ def attention(
         EVEN_D=block_d == head_dim,
         PRECISION=precision,
         EMULATE_BF16_DOT=is_interpreted(_attention_fwd_kernel),
+        USE_GDC=pdl,
         num_warps=num_warps,
         num_stages=num_stages,
+        launch_pdl=pdl,
     )
     return out

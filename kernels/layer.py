@@ -75,7 +75,9 @@ from kernels._common import (
     MIN_BLOCK,
     check_int32_offsets,
     fused_row_tile_reasons,
+    grid_dependency_enter,
     padded_dim,
+    pdl_reasons,
 )
 from kernels._precision import (
     HALF_PRECISIONS,
@@ -196,6 +198,11 @@ class Tiling:
     # residual stream is not read again for it. The same arithmetic on the same values
     # (bit for bit under the interpreter; compiled, the LayerNorm may sum in another order).
     next_qkv: bool = False
+    # heads, rows (without attn_post): every kernel of the stack is launched with
+    # programmatic dependent launch (Hopper+): the next kernel's launch overlaps this one's
+    # tail; each waits for its predecessor to finish before its first load. The same
+    # arithmetic; CUDA only (the interpreter has no grid dependency control).
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
@@ -263,7 +270,9 @@ def _heads_attention_kernel(
     PREC_G: tl.constexpr,
     PREC_A: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
+    grid_dependency_enter(USE_GDC)
     pid = tl.program_id(0)
     off_b = tl.program_id(1).to(tl.int64)
     head = pid // num_q_blocks
@@ -403,7 +412,9 @@ def _qkv_rows_kernel(
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
+    grid_dependency_enter(USE_GDC)
     offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
@@ -578,10 +589,12 @@ def _post_rows_kernel(
     STAGE_RESIDUAL: tl.constexpr,
     NEXT_QKV: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
     """The post-attention rows of one layer; with ``NEXT_QKV`` also the next layer's
     LayerNorm1 and QKV projections of the same rows into ``qkv`` (its weights in
     ``n1w_ptr`` .. ``bv_ptr``; unused placeholders otherwise)."""
+    grid_dependency_enter(USE_GDC)
     offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
@@ -978,6 +991,11 @@ def _config_errors(
             reasons.append(f"{name}={value} must be one of {SUPPORTED_NUM_WARPS}")
     if tiling.num_stages < 1:
         reasons.append(f"attn_stages={tiling.num_stages} must be >= 1")
+    if tiling.pdl and (variant not in ("heads", "rows") or tiling.attn_post):
+        reasons.append(
+            "pdl applies to variants 'heads' and 'rows' without attn_post (their kernels "
+            f"wait on their predecessor); got variant={variant!r}, attn_post={tiling.attn_post}"
+        )
     if tiling.next_qkv and (variant != "rows" or tiling.attn_post):
         reasons.append(
             "next_qkv applies to variant='rows' without attn_post: its post-rows kernel "
@@ -1019,6 +1037,8 @@ def not_supported_reasons(
     shape = dict(seq_len=seq_len, d_model=d_model, num_heads=num_heads, ffn_dim=ffn_dim)
     precisions = dict(gemm_precision=gemm_precision, attn_precision=attn_precision)
     reasons = _config_errors(variant=variant, tiling=tiling, **shape, **precisions)
+    if tiling.pdl:
+        reasons += pdl_reasons(device_type, capability)
     if variant == "heads":
         reasons += fused_row_tile_reasons(
             "attn_block_m", tiling.block_m, "fused heads layer", device_type
@@ -1200,8 +1220,10 @@ def _launch_layer(
             PREC_G=gemm_precision,
             PREC_A=attn_precision,
             EMULATE_BF16_DOT=emulate,
+            USE_GDC=tiling.pdl,
             num_warps=tiling.num_warps,
             num_stages=tiling.num_stages,
+            launch_pdl=tiling.pdl,
         )
     else:
         assert qkv is not None
@@ -1218,7 +1240,9 @@ def _launch_layer(
                 BLOCK_N=min(block_d, 64),
                 PRECISION=gemm_precision,
                 EMULATE_BF16_DOT=emulate,
+                USE_GDC=tiling.pdl,
                 num_warps=tiling.row_warps,
+                launch_pdl=tiling.pdl,
             )
         if tiling.attn_post:
             _launch_attn_post(
@@ -1241,6 +1265,7 @@ def _launch_layer(
             num_warps=tiling.num_warps,
             num_stages=tiling.num_stages,
             precision=attn_precision,
+            pdl=tiling.pdl,
         )
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,
@@ -1265,7 +1290,9 @@ def _launch_layer(
         STAGE_RESIDUAL=tiling.stage_residual,
         NEXT_QKV=next_w is not None,
         BLOCK_N=min(block_d, 64),
+        USE_GDC=tiling.pdl,
         num_warps=tiling.row_warps,
+        launch_pdl=tiling.pdl,
     )
 
 
@@ -1403,6 +1430,12 @@ def layer_stack(
     if mask_bytes is not None:
         tensors["key_mask"] = mask_bytes
     check_launch_device(_post_rows_kernel, tensors)
+    if tiling.pdl and (x.device.type != "cuda" or is_interpreted(_post_rows_kernel)):
+        where = "the interpreter" if is_interpreted(_post_rows_kernel) else str(x.device)
+        raise ValueError(
+            "tiling.pdl (programmatic dependent launch) needs compiled kernels on a CUDA GPU; "
+            f"got {where}"
+        )
     if x.numel() == 0:
         return out
     if variant == "seq":

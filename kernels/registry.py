@@ -397,11 +397,14 @@ def _run_layer(
     """The fused layer stack (both launch variants) against the project's reference model;
     ``padding``: "" no mask, "padded" right padding, "masked" holes anywhere (key 0 kept);
     "-staged": the residual staged in memory; "-f16": 16 FFN columns a step; "post" (last):
-    rows with the attention and post rows in one kernel; "chain" (last): rows whose post
-    rows write the next layer's qkv."""
+    rows with the attention and post rows in one kernel; "chain": rows whose post rows
+    write the next layer's qkv; "pdl" (last): every kernel launched with programmatic
+    dependent launch (compiled on sm_90+ only)."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    pdl = padding.endswith("pdl")
+    padding = padding.removesuffix("pdl").removesuffix("-")
     next_qkv = padding.endswith("chain")
     padding = padding.removesuffix("chain").removesuffix("-")
     attn_post = padding.endswith("post")
@@ -448,6 +451,7 @@ def _run_layer(
                 ffn_block=ffn_block,
                 attn_post=attn_post,
                 next_qkv=next_qkv,
+                pdl=pdl,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -528,6 +532,17 @@ def _run_polynomial_guard(device: str) -> CheckResult:
     return _combine(results)
 
 
+def _compiled_on_hopper() -> bool:
+    """Whether kernels run compiled on a CUDA GPU of compute capability 9.0 or newer."""
+    from kernels._triton import interpreter_enabled
+
+    return (
+        not interpreter_enabled()
+        and torch.cuda.is_available()
+        and torch.cuda.get_device_capability() >= (9, 0)
+    )
+
+
 def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelCheck]:
     """Every kernel check, cheapest first within each family. The fused block is checked
     against ``reference`` (the project's model), and only when it is given."""
@@ -581,6 +596,12 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("rows", "ieee", "padded-staged-chain", True),
         ("rows", "fp16", "chain", False),
     )
+    if _compiled_on_hopper():  # programmatic dependent launch: compiled, sm_90+ only
+        layer_cases += (
+            ("heads", "fp16", "padded-pdl", True),
+            ("rows", "fp16", "masked-bounds-chain-pdl", True),
+            ("rows", "ieee", "padded-staged-pdl", True),
+        )
     for variant, precision, padding, causal in layer_cases if reference else ():
         name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (
             f"/{padding}" if padding else ""

@@ -148,6 +148,9 @@ SPACE = {
         # rows in 2L + 1 launches: the post rows of each layer but the last also write the
         # next layer's LayerNorm1 + QKV (session 19: case 13 3.4% faster, case 6 neutral).
         {"name": "row_next_qkv", "values": [False, True], "when": {"fused_layer": ["rows"]}},
+        # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
+        # the next launch overlaps the tail of the one before (not measured before session 20).
+        {"name": "pdl", "values": [False, True], "when": {"fused_layer": _LAYERS}},
         # torch.compile of the forward with a library attention (the one line a user
         # writes, as a plan the search can pick): compile time is the trial's first call.
         # max-autotune is left out: minutes of compile per shape, and its TF32 Triton GEMMs
@@ -189,6 +192,7 @@ SPACE = {
         {"forbid": {"row_attn_post": [True], "attn_block_m": [128]}},
         # The chain follows the post rows kernel, which row_attn_post folds into attention.
         {"forbid": {"row_attn_post": [True], "row_next_qkv": [True]}},
+        {"forbid": {"row_attn_post": [True], "pdl": [True]}},
     ],
     "enqueue": [
         {},
@@ -197,6 +201,13 @@ SPACE = {
         # so that a short study of a rows case reaches them.
         dict(_ROWS_BOUNDED, row_next_qkv=True),
         dict(_ROWS_STAGED, row_next_qkv=True),
+        # v41's winners launched with programmatic dependent launch: heads for the
+        # launch-bound cases (2-4 and 12, 7), the chained rows for the rest.
+        dict(_layer("heads", 32, 128, 4, 1, 16, 4), pdl=True),
+        dict(_layer("heads", 32, 32, 4, 2, 16, 4), pdl=True),
+        dict(_layer("heads", 64, 64, 4, 2, 64, 4), pdl=True),
+        dict(_ROWS_BOUNDED, row_next_qkv=True, pdl=True),
+        dict(_ROWS_STAGED, row_next_qkv=True, pdl=True),
         # Fused layers (session 6, autotune compare on the H200, commit 5df76d4): small
         # tiles on the launch-bound cases, 64-row tiles on the mid ones, rows for S=1024.
         _layer("heads", 32, 32, 4, 2, 16, 4),

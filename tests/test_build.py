@@ -292,6 +292,25 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     ):
         reasons = not_supported_reasons(chained.replace(**other), long, cpu_device)
         assert any("row_next_qkv=True chains" in r for r in reasons), (other, reasons)
+    # pdl: heads and rows (without row_attn_post), compiled on CUDA sm_90+ only; the
+    # interpreter (this CPU) has no grid dependency control.
+    import dataclasses
+
+    hopper = dataclasses.replace(cpu_device, type="cuda", capability=(9, 0))
+    ampere = dataclasses.replace(cpu_device, type="cuda", capability=(8, 0))
+    for plan in (layer.replace(pdl=True), chained.replace(pdl=True)):
+        shape = long if plan.fused_layer == "rows" else cfg
+        assert not_supported_reasons(plan, shape, hopper) == [], plan
+        (why,) = not_supported_reasons(plan, shape, ampere)
+        assert "needs compute capability 9.0 or newer; this GPU is sm_80" in why
+        assert any("needs a CUDA GPU" in r for r in not_supported_reasons(plan, shape, cpu_device))
+    for other, words in (
+        ({"fused_layer": "seq"}, "pdl=True applies to fused_layer=heads or rows"),
+        ({"fused_layer": "rows", "row_attn_post": True}, "without row_attn_post"),
+        ({"fused_layer": "none"}, "pdl=True launches the kernels of fused_layer=heads or rows"),
+    ):
+        reasons = not_supported_reasons(layer.replace(pdl=True, **other), cfg, hopper)
+        assert any(words in r for r in reasons), (other, reasons)
     # row_ffn_block: the fused layers only; a search skips the value that gives the
     # default's FFN columns (d_model 32, ffn 48: the default is 64, padded 64).
     assert not_supported_reasons(layer.replace(row_ffn_block=16), cfg, cpu_device) == []

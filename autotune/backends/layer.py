@@ -57,6 +57,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_next_qkv=True chains the post-attention rows and the next layer's QKV "
                 "of fused_layer=rows; got fused_layer=none"
             )
+        if plan.pdl:
+            reasons.append(
+                "pdl=True launches the kernels of fused_layer=heads or rows with programmatic "
+                "dependent launch; got fused_layer=none"
+            )
         return reasons
 
 
@@ -76,6 +81,7 @@ def tiling(plan: Any) -> Any:
         ffn_block=plan.row_ffn_block,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
+        pdl=plan.pdl,
     )
 
 
@@ -111,6 +117,11 @@ class _FusedLayer(FusedLayerFamily):
             reasons.append(
                 "row_next_qkv=True chains the post-attention rows kernel and the next layer's "
                 "QKV of fused_layer=rows without row_attn_post; got "
+                f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
+            )
+        if plan.pdl and (self.value == "seq" or plan.row_attn_post):
+            reasons.append(
+                "pdl=True applies to fused_layer=heads or rows without row_attn_post; got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
             )
         if plan.row_stage and self.value == "seq":

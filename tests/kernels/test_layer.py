@@ -418,3 +418,34 @@ def test_rows_with_the_next_layers_qkv_in_the_post_rows(
         with pytest.raises(ValueError, match="next_qkv applies to variant='rows' without"):
             run_stack(**dict(kwargs, variant=variant), shape=shape,
                       tiling=Tiling(**common, next_qkv=True, **extra), device=device)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("variant", "mask_kind", "extra"),
+    [("heads", "right-padded", {}), ("rows", "general", {"mask_bounds": True, "next_qkv": True})],
+)
+def test_programmatic_dependent_launch_changes_when_not_what(
+    variant, mask_kind, extra, device
+) -> None:
+    """pdl: every kernel of the stack launched with programmatic dependent launch, each
+    waiting for its predecessor before its first load: on a Hopper GPU the same output bit
+    for bit as without; the interpreter (no grid dependency control) and GPUs before
+    sm_90 refuse it, and so do seq and attn_post (their kernels do not wait)."""
+    import dataclasses
+
+    common = dict(block_m=16, block_n=16, row_block=16, **extra)
+    kwargs = dict(variant=variant, precision="fp16", mask_kind=mask_kind, causal=True)
+    plain, _, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
+    pdl = Tiling(**common, pdl=True)
+    hopper = device == "cuda" and torch.cuda.get_device_capability() >= (9, 0)
+    if hopper:
+        launched, _, x_change = run_stack(**kwargs, tiling=pdl, device=device)
+        assert torch.equal(launched, plain)
+        assert torch.count_nonzero(x_change) == 0
+    else:
+        with pytest.raises(ValueError, match=r"tiling\.pdl .* needs compiled kernels on a CUDA"):
+            run_stack(**kwargs, tiling=pdl, device=device)
+    for other, tiles in (("seq", {}), ("rows", {"attn_post": True, "next_qkv": False})):
+        with pytest.raises(ValueError, match="pdl applies to variants 'heads' and 'rows'"):
+            run_stack(**dict(kwargs, variant=other), device=device,
+                      tiling=dataclasses.replace(pdl, **tiles))  # fmt: skip
