@@ -98,6 +98,12 @@ def pdl_reasons(device_type: str, capability: tuple[int, int] | None) -> list[st
     return []
 
 
+def pdl_launch(pdl: bool) -> dict[str, bool]:
+    """The launch option of programmatic dependent launch, only when it is on (a plan
+    without it launches exactly as before, whatever the Triton version)."""
+    return {"launch_pdl": True} if pdl else {}
+
+
 @triton.jit
 def grid_dependency_enter(USE_GDC: tl.constexpr):
     """With ``USE_GDC`` (the kernel launched with ``launch_pdl=True``): wait until the

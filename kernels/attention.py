@@ -27,6 +27,7 @@ from kernels._common import (
     check_qkv,
     grid_dependency_enter,
     padded_head_dim,
+    pdl_launch,
 )
 from kernels._precision import (
     HALF_PRECISIONS,
@@ -707,6 +708,6 @@ def attention(
         USE_GDC=pdl,
         num_warps=num_warps,
         num_stages=num_stages,
-        launch_pdl=pdl,
+        **pdl_launch(pdl),
     )
     return out

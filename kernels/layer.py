@@ -77,6 +77,7 @@ from kernels._common import (
     fused_row_tile_reasons,
     grid_dependency_enter,
     padded_dim,
+    pdl_launch,
     pdl_reasons,
 )
 from kernels._precision import (
@@ -1223,7 +1224,7 @@ def _launch_layer(
             USE_GDC=tiling.pdl,
             num_warps=tiling.num_warps,
             num_stages=tiling.num_stages,
-            launch_pdl=tiling.pdl,
+            **pdl_launch(tiling.pdl),
         )
     else:
         assert qkv is not None
@@ -1242,7 +1243,7 @@ def _launch_layer(
                 EMULATE_BF16_DOT=emulate,
                 USE_GDC=tiling.pdl,
                 num_warps=tiling.row_warps,
-                launch_pdl=tiling.pdl,
+                **pdl_launch(tiling.pdl),
             )
         if tiling.attn_post:
             _launch_attn_post(
@@ -1292,7 +1293,7 @@ def _launch_layer(
         BLOCK_N=min(block_d, 64),
         USE_GDC=tiling.pdl,
         num_warps=tiling.row_warps,
-        launch_pdl=tiling.pdl,
+        **pdl_launch(tiling.pdl),
     )
 
 
