@@ -366,13 +366,34 @@ def _time(
         stats[r.index] = paired_stats(ref_res, res, reps, cuda)
     if cuda and bench.reference_kind != "oracle":
         with torch.inference_mode():
-            for r in ready:  # bursts of about 50 ms: 3-20 calls
-                calls = max(3, min(20, int(50 / max(stats[r.index].cand_median_ms, 1e-3))))
-                host[r.index] = host_ms_per_call(r.timed, calls=calls)
+            for r in ready:
+                host_ms = _host_ms(r, stats[r.index].cand_median_ms)
+                if host_ms is not None:
+                    host[r.index] = host_ms
     spent = time.perf_counter() - t0
     for r in ready:
         phases[r.index]["timing"] = spent
     return stats, ref_peak, counts, host
+
+
+HOST_TIMING_MAX_MS = 20.0  # a forward this long is never paced by its host's launches
+
+
+def _host_ms(r: _Ready, median_ms: float) -> float | None:
+    """A timed candidate's host milliseconds a call (``host_ms_per_call``, about 60 calls
+    or fewer for slower forwards), or None: forwards over HOST_TIMING_MAX_MS, plans that
+    synchronise every call (their wait is not host work), and a measurement that failed
+    (the candidate's timing stands)."""
+    plan = getattr(r.module, "plan", None)
+    if median_ms > HOST_TIMING_MAX_MS or (
+        isinstance(plan, Plan) and (plan.reads_mask_on_host or plan.host_io)
+    ):
+        return None
+    try:
+        calls = max(3, min(20, int(50 / max(median_ms, 1e-3))))
+        return host_ms_per_call(r.timed, calls=calls)
+    except Exception:  # the timing already taken is what counts
+        return None
 
 
 def _failure(exc: BaseException) -> Outcome:

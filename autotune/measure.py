@@ -184,18 +184,19 @@ def measure_interleaved(
 
 
 def host_ms_per_call(fn: Callable[[], Any], calls: int = 20, bursts: int = 3) -> float:
-    """A warm forward's host cost on CUDA: ``calls`` calls issued back to back with no
-    synchronisation between them, the wall time over the count; the median of ``bursts``
-    such bursts, each started on an idle device. Below the device time per forward a
-    forward is GPU-bound; above it, the host sets the pace."""
+    """A warm forward's host cost on CUDA: each call issued on an idle device (synchronised
+    before it, not after), the wall time until it returns; the median of ``calls`` such
+    calls (``bursts`` is kept for callers: ``calls`` x ``bursts`` calls in all). With an
+    empty launch queue no launch waits for the GPU, so this is the host's own work, however
+    many kernels the forward launches; below the device time per forward a forward is
+    GPU-bound, above it the host sets the pace. (A call that synchronises counts its wait.)"""
     fn()
     samples = []
-    for _ in range(bursts):
+    for _ in range(max(1, calls * bursts)):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - t0) * 1e3 / calls)
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
     return statistics.median(samples)
 

@@ -347,10 +347,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "pdl",
         False,
-        "fused_layer=heads or rows: every kernel of the forward launched with programmatic "
-        "dependent launch (Hopper and newer): the next kernel's launch overlaps the tail of "
-        "the one before it, and it waits for that one to finish before its first load (the "
-        "same arithmetic; fewer microseconds between dependent launches)",
+        "fused_layer=heads or rows: their kernels (attention, QKV rows, post rows; not the "
+        "key-bounds kernel or torch ops) launched with programmatic dependent launch "
+        "(Hopper and newer): the next kernel's launch overlaps the tail of the one before "
+        "it, and it waits for that one to finish before its first load (the same "
+        "arithmetic; fewer microseconds between dependent launches)",
         choices=(False, True),
         needs={True: "fused_layer=heads or rows without row_attn_post; CUDA sm_90+"},
         group="kernels",

@@ -1437,6 +1437,8 @@ def layer_stack(
             "tiling.pdl (programmatic dependent launch) needs compiled kernels on a CUDA GPU; "
             f"got {where}"
         )
+    if tiling.pdl and (why := pdl_reasons("cuda", torch.cuda.get_device_capability(x.device))):
+        raise ValueError("; ".join(why))
     if x.numel() == 0:
         return out
     if variant == "seq":

@@ -49,9 +49,10 @@ case "$PHASE" in
       | grep -v -i warn | grep -v "guard paths" | tee -a "$LOG" | tail -18
     ;;
   promote)
-    step "campaign promote: $DIR/h200.py with buckets over tables/h200.py"
+    # The campaign table as this call has it: an export earlier in the same call wrote it.
+    step "campaign promote: the campaign's h200.py with buckets over tables/h200.py"
     cp tables/h200.py "$OUT/h200.py"
-    if ! timeout "${PROMOTE_S:-400}" python3 -m autotune buckets --table "$DIR/h200.py" \
+    if ! timeout "${PROMOTE_S:-400}" python3 -m autotune buckets --table "$OUT/campaign_h200.py" \
         --gpu h200 --out "$OUT/h200.py" 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -14; then
       rm -f "$OUT/h200.py"  # not promoted: nothing comes back that looks like a new table
       echo "campaign promote FAILED (see above): tables/h200.py unchanged" | tee -a "$LOG"

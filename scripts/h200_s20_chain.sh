@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 17, planned in session 19: the rows cases re-studied in the GPU space that has
-# row_next_qkv (space c4142f56f9c3316f; its first priors are v40's two rows plans with
-# the chain), in the project's studies.db, then exported into tables/h200.py (v41) with 3
-# finalists each, ranked under the host headroom; the incumbents are v41's entries.
+# row_next_qkv and pdl (space 16c4d9e5cf0ce85d; its first priors are v40's two rows plans
+# with the chain, then v41's winners with pdl), in the project's studies.db, then exported
+# into tables/h200.py with 3 finalists each, ranked under the host headroom; the
+# incumbents are tables/h200.py's entries. Run scripts/h200_s20_pdl.sh first: if pdl
+# fails on the device, its priors here fail too (recorded, no trial counted twice).
 # Session 19 measured the chain alone on case 13 at 843.6 us against 873.0 (one process).
 # About 9 minutes: studies ${STUDY_S:-270} s, export ~3 min.
 # Usage (device): AUTOTUNE_COMMIT=... bash scripts/h200_s20_chain.sh

@@ -34,6 +34,7 @@ for c in ("2", "12", "7", "1", "13"):
     json.dump(plan, open(f"/tmp/ship_{c}.json", "w"))
     json.dump(dict(plan, pdl=True), open(f"/tmp/pdl_{c}.json", "w"))
 PY
+[ -f /tmp/pdl_13.json ] || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
 step "where the GPU time goes, case 2 ($(left) s left)"
 timeout 100 python3 scripts/kernel_profile.py --case 2 --forwards 5 "@/tmp/ship_2.json" \
   "@/tmp/pdl_2.json" 2>&1 | quiet | tee -a "$LOG" | grep -E "==|device"

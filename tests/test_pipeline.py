@@ -259,7 +259,11 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
             "cannot open storage",
         ),
         (["bench", "--table", "/nonexistent.py"], "does not exist"),
-        (["report", "--gpu", "h200", "--target", "0.5"], "not a speedup above 1"),
+        (["report", "--gpu", "h200", "--target", "25"], "--target 25 needs --bench"),
+        (
+            ["report", "--gpu", "h200", "--bench", "b.csv", "--target", "0.5"],
+            "not a speedup above 1",
+        ),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_exit_2(argv, message, capsys) -> None:

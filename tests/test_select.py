@@ -253,7 +253,7 @@ def test_bench_says_which_entries_the_host_paces() -> None:
     assert paced_by(2272.6, 1120.0) == "host"
     assert paced_by(600.0, 1120.0) == "host at 2x"
     assert paced_by(16.6, 60.9) == "GPU"
-    assert paced_by(5.0, None) == "host"  # no GPU time measured: nothing hides the host
+    assert paced_by(5.0, None) == "-"  # no GPU time measured: nothing to say
     rows = [
         BenchRow("2", "plan a", "PASS", 2.386, 0.065, 36.5, 0.01, host_us=16.6, gpu_us=60.9),
         BenchRow("8", "plan b", "PASS", 5.028, 2.158, 2.33, 0.01, host_us=2272.6, gpu_us=1120.0),
@@ -289,7 +289,7 @@ def test_report_says_where_each_cases_time_goes_beside_its_floor() -> None:
     assert f"{floor8:.1f}" in text and "us for 25x" in text
     assert "Below 25x over this run's reference: 8 (2158.0 us, needs 201.1)." in text
     assert "Cannot reach 25x on any schedule" in text and "8 (reference 9.1x)" in text
-    assert "Paced by the host, now or with the host twice as slow: case 8 (" in text
+    assert "Paced by the host, now or with the host 2x slower: case 8 (" in text
     # A profile without measured ceilings: no floors, said so; no hot path: no section.
     assert "no measured ceilings for profile 'cpu'" in "\n".join(
         time_goes_markdown(frame, "cpu", None)

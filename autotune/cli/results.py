@@ -136,6 +136,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 0
     if args.notes and not Path(args.notes).is_file():
         raise ValueError(f"--notes {args.notes!r} does not exist; give a markdown file")
+    if args.target is not None and not args.bench:
+        raise ValueError(
+            f"--target {args.target:g} needs --bench (an 'autotune bench --hot-path --csv' file)"
+        )
     if args.target is not None and not 1.0 < args.target < float("inf"):
         raise ValueError(
             f"--target {args.target:g} is not a speedup above 1; give e.g. --target 25"

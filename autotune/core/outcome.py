@@ -42,8 +42,10 @@ def robust_ms(median_ms: float, host_ms: float | None, headroom: float = HOST_HE
 def paced_by(host_us: float, gpu_us: float | None) -> str:
     """What sets a steady forward's pace: "host" when a call's host time reaches its GPU
     time, "host at 2x" (HOST_HEADROOM) when it would with the host that much slower,
-    else "GPU"."""
-    if not gpu_us or host_us >= gpu_us:
+    "GPU" otherwise, and "-" when no GPU time was measured."""
+    if not gpu_us:
+        return "-"
+    if host_us >= gpu_us:
         return "host"
     return f"host at {HOST_HEADROOM:g}x" if HOST_HEADROOM * host_us >= gpu_us else "GPU"
 
@@ -91,7 +93,7 @@ class Outcome:
     predicted_memory_bytes: int | None = None
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     kernels_per_forward: int | None = None  # device kernels of one forward, when counted
-    # Host milliseconds a warm call costs (CUDA, calls issued back to back), when measured.
+    # Host milliseconds a warm call costs (CUDA, each call issued on an idle device).
     host_ms_per_call: float | None = None
 
     @property

@@ -205,8 +205,8 @@ def record_outcome(
     if outcome.passed and outcome.timing is not None:
         ref = reference_ms if reference_ms else outcome.timing.ref_median_ms
         trial.set_user_attr(LATENCY_REFERENCE_MS, ref)
-        time = robust_ms(outcome.timing.cand_median_ms, outcome.host_ms_per_call)
-        return [time / ref, peak / 2**20]
+        paced_ms = robust_ms(outcome.timing.cand_median_ms, outcome.host_ms_per_call)
+        return [paced_ms / ref, peak / 2**20]
     return [PENALTY_LATENCY, peak / 2**20]
 
 
@@ -251,7 +251,9 @@ def is_feasible(trial: FrozenTrial) -> bool:
 
 
 def speedup_of(trial: FrozenTrial) -> float | None:
-    """A feasible trial's speedup over the reference (None otherwise)."""
+    """A feasible trial's speedup over the study's reference, by its latency objective
+    (on CUDA the time with the host HOST_HEADROOM times slower where that is longer; None
+    when infeasible)."""
     return 1.0 / trial.values[0] if is_feasible(trial) else None
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from autotune.core.cases import get_case
-from autotune.core.outcome import paced_by
+from autotune.core.outcome import HOST_HEADROOM, paced_by
 from autotune.search import trials
 from autotune.tools.floors import CEILINGS, floor_of
 
@@ -235,7 +235,7 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
             "floor us": f"{floor:.1f}" if floor else "-",
             "GPU / floor": f"{r['gpu_us'] / floor:.2f}" if floor else "-",
         }
-        if pace != "GPU":
+        if pace.startswith("host"):
             host_paced.append(str(r["case"]))
         if target:
             need = r["ref_ms"] * 1e3 / target
@@ -250,9 +250,10 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
     lines = [
         "## Where the time goes",
         "",
-        "From the bench's hot path: host microseconds a call (calls issued back to back), "
+        "From the bench's hot path: host microseconds a call (`host_us`), "
         "device microseconds and kernels a forward (profiler), what paces a steady forward "
-        "(`host at 2x`: it would be the host, were the host twice as slow)"
+        f"(`host at {HOST_HEADROOM:g}x`: it would be the host, were the host "
+        f"{HOST_HEADROOM:g} times as slow)"
         + (
             f", and the floor at {profile}'s measured ceilings (`autotune floors`)."
             if ceilings
@@ -279,7 +280,7 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
             ]
     if host_paced:
         lines += [
-            "Paced by the host, now or with the host twice as slow: case "
+            f"Paced by the host, now or with the host {HOST_HEADROOM:g}x slower: case "
             + ", ".join(host_paced)
             + " (export ranks plans by their time with a slower host: re-export these).",
             "",
