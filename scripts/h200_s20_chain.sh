@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 17, planned in session 19: the rows cases re-studied in the GPU space that has
-# row_next_qkv and pdl (space 16c4d9e5cf0ce85d; its first priors are v40's two rows plans
-# with the chain, then v41's winners with pdl), in the project's studies.db, then exported
+# row_next_qkv and pdl (its first priors are v40's two rows plans with the chain, then
+# case 13's with pdl: session 20's pdl run), in the project's studies.db, then exported
 # into tables/h200.py with 3 finalists each, ranked under the host headroom; the
 # incumbents are tables/h200.py's entries. Run scripts/h200_s20_pdl.sh first: if pdl
 # fails on the device, its priors here fail too (recorded, no trial counted twice).

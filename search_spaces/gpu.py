@@ -149,7 +149,7 @@ SPACE = {
         # next layer's LayerNorm1 + QKV (session 19: case 13 3.4% faster, case 6 neutral).
         {"name": "row_next_qkv", "values": [False, True], "when": {"fused_layer": ["rows"]}},
         # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
-        # the next launch overlaps the tail of the one before (not measured before session 20).
+        # the next launch overlaps the tail of the one before (session 20: lost on 3 of 5).
         {"name": "pdl", "values": [False, True], "when": {"fused_layer": _LAYERS}},
         # torch.compile of the forward with a library attention (the one line a user
         # writes, as a plan the search can pick): compile time is the trial's first call.
@@ -201,13 +201,10 @@ SPACE = {
         # so that a short study of a rows case reaches them.
         dict(_ROWS_BOUNDED, row_next_qkv=True),
         dict(_ROWS_STAGED, row_next_qkv=True),
-        # v41's winners launched with programmatic dependent launch: heads for the
-        # launch-bound cases (2-4 and 12, 7), the chained rows for the rest.
-        dict(_layer("heads", 32, 128, 4, 1, 16, 4), pdl=True),
-        dict(_layer("heads", 32, 32, 4, 2, 16, 4), pdl=True),
-        dict(_layer("heads", 64, 64, 4, 2, 64, 4), pdl=True),
+        # Programmatic dependent launch measured in session 20 (docs/kernels_h200.md,
+        # docs/logs/s20_pdl.log): slower on cases 12, 7 and 1 (0.82-0.89x), neutral on 2,
+        # 1% faster on 13; only the case-13 rows plan with the chain stays a prior.
         dict(_ROWS_BOUNDED, row_next_qkv=True, pdl=True),
-        dict(_ROWS_STAGED, row_next_qkv=True, pdl=True),
         # Fused layers (session 6, autotune compare on the H200, commit 5df76d4): small
         # tiles on the launch-bound cases, 64-row tiles on the mid ones, rows for S=1024.
         _layer("heads", 32, 32, 4, 2, 16, 4),
