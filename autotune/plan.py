@@ -356,6 +356,16 @@ KNOBS: tuple[Knob, ...] = (
         needs={True: "fused_layer=heads or rows without row_attn_post; CUDA sm_90+"},
         group="kernels",
     ),
+    Knob(
+        "pdl_trigger",
+        "start",
+        "pdl=True: where each kernel lets the next one launch: start (right after its own "
+        "wait; the next kernel's programs become resident and wait while it runs) or end "
+        "(after its last store; only the next launch's latency overlaps its tail)",
+        choices=("start", "end"),
+        needs={"end": "pdl=True"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -401,6 +411,7 @@ class Plan:
     row_attn_post: bool = False
     row_next_qkv: bool = False
     pdl: bool = False
+    pdl_trigger: str = "start"
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

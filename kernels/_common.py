@@ -104,14 +104,36 @@ def pdl_launch(pdl: bool) -> dict[str, bool]:
     return {"launch_pdl": True} if pdl else {}
 
 
+# Where a kernel launched with pdl lets the next kernel of the stream launch: "start" (right
+# after its own gdc_wait: the next kernel's programs become resident and wait while this one
+# runs) or "end" (after its last store: only the next launch's latency overlaps this tail).
+PDL_TRIGGERS = ("start", "end")
+
+
+def gdc_mode(pdl: bool, trigger: str = "start") -> int:
+    """The kernels' ``USE_GDC``: 0 without pdl, 1 with the trigger at the start, 2 at the end."""
+    if trigger not in PDL_TRIGGERS:
+        raise ValueError(f"pdl trigger must be one of {PDL_TRIGGERS}, got {trigger!r}")
+    return PDL_TRIGGERS.index(trigger) + 1 if pdl else 0
+
+
 @triton.jit
 def grid_dependency_enter(USE_GDC: tl.constexpr):
     """With ``USE_GDC`` (the kernel launched with ``launch_pdl=True``): wait until the
-    previous kernel of the stream has finished and its writes are visible, then let the
-    next kernel launch (its programs wait in their own ``gdc_wait``). Call it before the
-    kernel's first load or store; nothing otherwise."""
+    previous kernel of the stream has finished and its writes are visible; with
+    ``USE_GDC == 1`` then let the next kernel launch (its programs wait in their own
+    ``gdc_wait``). Call it before the kernel's first load or store; nothing otherwise."""
     if USE_GDC:
         tl.extra.cuda.gdc_wait()
+        if USE_GDC == 1:
+            tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def grid_dependency_exit(USE_GDC: tl.constexpr):
+    """With ``USE_GDC == 2``: let the next kernel launch once every program of this one has
+    passed here. Call it after the kernel's last store; nothing otherwise."""
+    if USE_GDC == 2:
         tl.extra.cuda.gdc_launch_dependents()
 
 

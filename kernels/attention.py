@@ -25,7 +25,9 @@ from kernels._common import (
     check_int32_offsets,
     check_out,
     check_qkv,
+    gdc_mode,
     grid_dependency_enter,
+    grid_dependency_exit,
     padded_head_dim,
     pdl_launch,
 )
@@ -399,6 +401,7 @@ def _attention_fwd_kernel(
         out.to(o_base.dtype.element_ty),  # fp32, or rounded once to a half output
         mask=row_ok[:, None] & d_ok[None, :],
     )
+    grid_dependency_exit(USE_GDC)
 
 
 # --------------------------------------------------------------------------------------
@@ -616,6 +619,7 @@ def attention(
     num_stages: int = 2,
     precision: str = "tf32",
     pdl: bool = False,
+    pdl_trigger: str = "start",
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``
     float32). ``out`` may be float16: computed in fp32, rounded once on the store.
@@ -630,9 +634,11 @@ def attention(
     launcher does not synchronise the device (safe to use inside CUDA graph capture); it
     does not check that ``out`` does not alias k or v. ``pdl``: launched with programmatic
     dependent launch (Hopper+, compiled only): it may start while the previous kernel of
-    the stream runs and waits for it before its first load.
+    the stream runs and waits for it before its first load; ``pdl_trigger`` says where it
+    lets the next kernel launch ("start": after that wait; "end": after its last store).
     """
     check_precision(precision)
+    use_gdc = gdc_mode(pdl, pdl_trigger)
     check_qkv(q, k, v, precision)
     batch, seq_len, num_heads, head_dim = q.shape
     errors = _config_errors(
@@ -705,7 +711,7 @@ def attention(
         EVEN_D=block_d == head_dim,
         PRECISION=precision,
         EMULATE_BF16_DOT=is_interpreted(_attention_fwd_kernel),
-        USE_GDC=pdl,
+        USE_GDC=use_gdc,
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(pdl),

@@ -75,7 +75,9 @@ from kernels._common import (
     MIN_BLOCK,
     check_int32_offsets,
     fused_row_tile_reasons,
+    gdc_mode,
     grid_dependency_enter,
+    grid_dependency_exit,
     padded_dim,
     pdl_launch,
     pdl_reasons,
@@ -204,8 +206,18 @@ class Tiling:
     # tail; each waits for its predecessor to finish before its first load. The same
     # arithmetic; CUDA only (the interpreter has no grid dependency control).
     pdl: bool = False
+    # With pdl: where each kernel lets the next one launch, "start" (right after its own
+    # wait: the next kernel's programs become resident and wait) or "end" (after its last
+    # store: the next launch's latency overlaps this kernel's tail, nothing more).
+    pdl_trigger: str = "start"
 
     def __post_init__(self) -> None:
+        gdc_mode(self.pdl, self.pdl_trigger)  # a trigger it knows
+        if self.pdl_trigger != "start" and not self.pdl:
+            raise ValueError(
+                f"tiling.pdl_trigger={self.pdl_trigger!r} needs tiling.pdl=True (it places "
+                "the programmatic launch trigger); set pdl=True or leave the trigger 'start'"
+            )
         if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
             raise ValueError(
                 f"tiling.ffn_block must be 0 or a power of two >= 16, got {self.ffn_block}"
@@ -347,6 +359,7 @@ def _heads_attention_kernel(
         ctx.to(ctx_ptr.dtype.element_ty),
         mask=row_ok[:, None] & c_ok[None, :],
     )
+    grid_dependency_exit(USE_GDC)
 
 
 @triton.jit
@@ -431,6 +444,7 @@ def _qkv_rows_kernel(
         rows, row_ok, offs_d, d_ok, d_model, eps,
         BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
     )  # fmt: skip
+    grid_dependency_exit(USE_GDC)
 
 
 @triton.jit
@@ -638,6 +652,7 @@ def _post_rows_kernel(
             rows, row_ok, offs_d, d_ok, d_model, eps,
             BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
         )  # fmt: skip
+    grid_dependency_exit(USE_GDC)
 
 
 @triton.jit
@@ -1221,7 +1236,7 @@ def _launch_layer(
             PREC_G=gemm_precision,
             PREC_A=attn_precision,
             EMULATE_BF16_DOT=emulate,
-            USE_GDC=tiling.pdl,
+            USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
             num_warps=tiling.num_warps,
             num_stages=tiling.num_stages,
             **pdl_launch(tiling.pdl),
@@ -1241,7 +1256,7 @@ def _launch_layer(
                 BLOCK_N=min(block_d, 64),
                 PRECISION=gemm_precision,
                 EMULATE_BF16_DOT=emulate,
-                USE_GDC=tiling.pdl,
+                USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
                 num_warps=tiling.row_warps,
                 **pdl_launch(tiling.pdl),
             )
@@ -1267,6 +1282,7 @@ def _launch_layer(
             num_stages=tiling.num_stages,
             precision=attn_precision,
             pdl=tiling.pdl,
+            pdl_trigger=tiling.pdl_trigger,
         )
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,
@@ -1291,7 +1307,7 @@ def _launch_layer(
         STAGE_RESIDUAL=tiling.stage_residual,
         NEXT_QKV=next_w is not None,
         BLOCK_N=min(block_d, 64),
-        USE_GDC=tiling.pdl,
+        USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
         num_warps=tiling.row_warps,
         **pdl_launch(tiling.pdl),
     )

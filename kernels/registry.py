@@ -399,10 +399,14 @@ def _run_layer(
     "-staged": the residual staged in memory; "-f16": 16 FFN columns a step; "post" (last):
     rows with the attention and post rows in one kernel; "chain": rows whose post rows
     write the next layer's qkv; "pdl" (last): every kernel launched with programmatic
-    dependent launch (compiled on sm_90+ only)."""
+    dependent launch (compiled on sm_90+ only), "pdlend" with its trigger after each
+    kernel's last store."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    pdl_trigger = "end" if padding.endswith("pdlend") else "start"
+    if pdl_trigger == "end":
+        padding = padding.removesuffix("end")
     pdl = padding.endswith("pdl")
     padding = padding.removesuffix("pdl").removesuffix("-")
     next_qkv = padding.endswith("chain")
@@ -452,6 +456,7 @@ def _run_layer(
                 attn_post=attn_post,
                 next_qkv=next_qkv,
                 pdl=pdl,
+                pdl_trigger=pdl_trigger,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -601,6 +606,8 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             ("heads", "fp16", "padded-pdl", True),
             ("rows", "fp16", "masked-bounds-chain-pdl", True),
             ("rows", "ieee", "padded-staged-pdl", True),
+            ("heads", "fp16", "padded-pdlend", True),
+            ("rows", "fp16", "masked-bounds-chain-pdlend", True),
         )
     for variant, precision, padding, causal in layer_cases if reference else ():
         name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (

@@ -151,6 +151,10 @@ SPACE = {
         # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
         # the next launch overlaps the tail of the one before (session 20: lost on 3 of 5).
         {"name": "pdl", "values": [False, True], "when": {"fused_layer": _LAYERS}},
+        # With pdl, each kernel lets the next launch right after its own wait (start) or
+        # after its last store (end: session 20's pdl lost 11-18% on multi-wave cases with
+        # start, plausibly the next kernel's programs resident and waiting).
+        {"name": "pdl_trigger", "values": ["start", "end"], "when": {"pdl": [True]}},
         # torch.compile of the forward with a library attention (the one line a user
         # writes, as a plan the search can pick): compile time is the trial's first call.
         # max-autotune is left out: minutes of compile per shape, and its TF32 Triton GEMMs

@@ -311,6 +311,13 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     ):
         reasons = not_supported_reasons(layer.replace(pdl=True, **other), cfg, hopper)
         assert any(words in r for r in reasons), (other, reasons)
+    # pdl_trigger=end: the trigger after each kernel's last store; it needs pdl.
+    assert not_supported_reasons(layer.replace(pdl=True, pdl_trigger="end"), cfg, hopper) == []
+    for fused in ("heads", "none"):
+        plan = layer.replace(pdl_trigger="end", fused_layer=fused)
+        reasons = not_supported_reasons(plan, cfg, hopper)
+        assert any("pdl_trigger=end places the launch trigger of pdl=True" in r
+                   for r in reasons), (fused, reasons)  # fmt: skip
     # row_ffn_block: the fused layers only; a search skips the value that gives the
     # default's FFN columns (d_model 32, ffn 48: the default is 64, padded 64).
     assert not_supported_reasons(layer.replace(row_ffn_block=16), cfg, cpu_device) == []

@@ -14,9 +14,10 @@ class KernelCheckLine:
     detail: str
 
 
-def kernel_checks(device: str | None = None) -> Iterator[KernelCheckLine]:
+def kernel_checks(device: str | None = None, match: str = "") -> Iterator[KernelCheckLine]:
     """Run every registered check on ``device`` (default: CUDA if present, else the CPU,
-    where kernels run under ``TRITON_INTERPRET=1``); a check that raises fails, with why."""
+    where kernels run under ``TRITON_INTERPRET=1``), or those whose name contains ``match``;
+    a check that raises fails, with why."""
     import torch
 
     from autotune.core.reference import ReferenceTransformer, TransformerConfig
@@ -27,6 +28,8 @@ def kernel_checks(device: str | None = None) -> Iterator[KernelCheckLine]:
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     for check in iter_checks(reference):
+        if match not in check.name:
+            continue
         try:
             result = check.run(device)
         except Exception as exc:  # a kernel that cannot run fails its check, with why

@@ -62,7 +62,16 @@ class NoFusedLayer(FusedLayerFamily):
                 "pdl=True launches the kernels of fused_layer=heads or rows with programmatic "
                 "dependent launch; got fused_layer=none"
             )
-        return reasons
+        return reasons + _trigger_reasons(plan)
+
+
+def _trigger_reasons(plan: Any) -> list[str]:
+    if plan.pdl_trigger != "start" and not plan.pdl:
+        return [
+            f"pdl_trigger={plan.pdl_trigger} places the launch trigger of pdl=True; got "
+            "pdl=False (set pdl=True, or leave pdl_trigger=start)"
+        ]
+    return []
 
 
 def tiling(plan: Any) -> Any:
@@ -82,6 +91,8 @@ def tiling(plan: Any) -> Any:
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
         pdl=plan.pdl,
+        # pdl_trigger without pdl is refused by the support rules (_trigger_reasons).
+        pdl_trigger=plan.pdl_trigger if plan.pdl else "start",
     )
 
 
@@ -124,6 +135,7 @@ class _FusedLayer(FusedLayerFamily):
                 "pdl=True applies to fused_layer=heads or rows without row_attn_post; got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
             )
+        reasons += _trigger_reasons(plan)
         if plan.row_stage and self.value == "seq":
             reasons.append(
                 "row_stage=True applies to the post-attention rows kernel of fused_layer=heads "

@@ -71,10 +71,15 @@ def cmd_kernels_check(args: argparse.Namespace) -> int:
     from autotune.backends import kernel_checks
 
     passed = failed = 0
-    for check in kernel_checks():
+    for check in kernel_checks(match=args.match):
         print(f"{check.name:<48} {'PASS' if check.passed else 'FAIL'}  {check.detail}")
         passed += check.passed
         failed += not check.passed
+    if args.match and not passed + failed:
+        raise ValueError(
+            f"--match {args.match!r} names no kernel check here (checks of compiled-only "
+            "features join on a GPU that has them); run without --match to list them all"
+        )
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
@@ -154,4 +159,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p = sub.add_parser("kernels", help="the project's Triton kernels")
     ksub = p.add_subparsers(dest="kernels_command", required=True, metavar="ACTION")
     k = ksub.add_parser("check", help="every kernel against its reference at small, odd shapes")
+    k.add_argument(
+        "--match", default="", metavar="TEXT", help="only the checks whose name contains TEXT"
+    )
     k.set_defaults(func=cmd_kernels_check)

@@ -45,3 +45,20 @@ def test_a_crashing_check_is_reported_as_a_failed_result() -> None:
 def test_the_fused_block_is_checked_only_against_a_given_reference() -> None:
     assert not any(c.name.startswith("block/") for c in iter_checks())
     assert sum(c.name.startswith("block/") for c in iter_checks(reference)) == 3
+
+
+def test_kernels_check_match_runs_only_the_named_checks(capsys) -> None:
+    """`autotune kernels check --match TEXT`: only the checks whose name holds TEXT; a TEXT
+    that names none is bad input (exit 2, one line naming it)."""
+    from autotune.backends.checks import kernel_checks
+    from autotune.cli.main import main
+
+    lines = list(kernel_checks("cpu", match="ffn/bias_gelu"))
+    assert [line.name for line in lines] == [
+        "ffn/bias_gelu/B2-S37-N40",
+        "ffn/bias_gelu/B2-S37-N40/fp16-io",
+    ]
+    assert all(line.passed for line in lines)
+    assert main(["kernels", "check", "--match", "no-such-kernel"]) == 2
+    err = capsys.readouterr().err
+    assert "--match 'no-such-kernel' names no kernel check here" in err

@@ -438,14 +438,22 @@ def test_programmatic_dependent_launch_changes_when_not_what(
     plain, _, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
     pdl = Tiling(**common, pdl=True)
     hopper = device == "cuda" and torch.cuda.get_device_capability() >= (9, 0)
-    if hopper:
-        launched, _, x_change = run_stack(**kwargs, tiling=pdl, device=device)
-        assert torch.equal(launched, plain)
-        assert torch.count_nonzero(x_change) == 0
-    else:
-        refusal = r"tiling\.pdl .* needs compiled kernels on a CUDA|needs compute capability 9\.0"
-        with pytest.raises(ValueError, match=refusal):
-            run_stack(**kwargs, tiling=pdl, device=device)
+    for trigger in ("start", "end"):  # the next kernel let launch: after the wait, or last
+        tiling = dataclasses.replace(pdl, pdl_trigger=trigger)
+        if hopper:
+            launched, _, x_change = run_stack(**kwargs, tiling=tiling, device=device)
+            assert torch.equal(launched, plain), trigger
+            assert torch.count_nonzero(x_change) == 0
+        else:
+            refusal = (
+                r"tiling\.pdl .* needs compiled kernels on a CUDA|needs compute capability 9\.0"
+            )
+            with pytest.raises(ValueError, match=refusal):
+                run_stack(**kwargs, tiling=tiling, device=device)
+    with pytest.raises(ValueError, match=r"tiling\.pdl_trigger='end' needs tiling\.pdl=True"):
+        Tiling(**common, pdl_trigger="end")
+    with pytest.raises(ValueError, match="pdl trigger must be one of"):
+        Tiling(**common, pdl=True, pdl_trigger="middle")
     for other, tiles in (("seq", {}), ("rows", {"attn_post": True, "next_qkv": False})):
         with pytest.raises(ValueError, match="pdl applies to variants 'heads' and 'rows'"):
             run_stack(**dict(kwargs, variant=other), device=device,
