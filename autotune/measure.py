@@ -73,12 +73,29 @@ def _time_forwards(fn: Forward, reps: int, cuda: bool) -> list[float]:
     return times
 
 
+def _williams_base(n: int) -> list[int]:
+    """0, 1, n-1, 2, n-2, ...: its steps between neighbours are 1, -2, 3, -4, ... (mod n)."""
+    base, low, high = [0], 1, n - 1
+    while len(base) < n:
+        if len(base) % 2:
+            base.append(low)
+            low += 1
+        else:
+            base.append(high)
+            high -= 1
+    return base
+
+
 def step_order(n: int, step: int) -> list[int]:
-    """The order of ``n`` functions at interleaved step ``step``: rotated by ``step // 2``,
-    reversed on odd steps (n = 2: AB BA BA AB, repeated). Over any ``2 n`` consecutive
-    steps every function is first twice and last twice: no position is anyone's."""
+    """The order of ``n`` functions at interleaved step ``step``: a Williams design, the
+    row ``0, 1, n-1, 2, n-2, ...`` shifted by ``step // 2`` (mod n), reversed on odd steps
+    (n = 2: AB BA BA AB, repeated). Over any ``2 n`` consecutive steps every function is
+    first twice and last twice, and every function directly follows every other one
+    exactly twice within a step: neither a position nor a neighbour is anyone's (a plain
+    rotation put the functions listed next to the reference after it every time and the
+    others never: session 20's five-function compares)."""
     k = (step // 2) % n
-    order = list(range(k, n)) + list(range(k))
+    order = [(b + k) % n for b in _williams_base(n)]
     return order[::-1] if step % 2 else order
 
 
@@ -152,8 +169,8 @@ def measure_interleaved(
       synchronisation after each loop; the order of the functions reversed every other
       round.
     - CUDA with ``cuda_turn`` k, and the CPU (turns of ``CPU_BURST``): per round, the
-      functions interleaved in turns of k forwards (``step_order``: the order rotated
-      and reversed from turn to turn), each forward timed (events; ``perf_counter_ns``).
+      functions interleaved in turns of k forwards (``step_order``: a Williams design,
+      reversed from turn to turn), each forward timed (events; ``perf_counter_ns``).
     """
     n = len(fns)
     for step in range(settings.warmup):

@@ -2,7 +2,9 @@
 # Measurement check, planned in session 20: in scripts/h200_s20_pdl_end.sh the table's entry,
 # listed first in `autotune compare`, ran 8.6-10.8 us slower than the same plan listed second
 # on the heads cases 12, 7 and 2 (73-90 us forwards), and within 0.8 us on the rows cases.
-# Here the same plan is listed three times (no --table), so only the position differs:
+# Here the same plan is listed three times (no --table), so only the position differs, and
+# the turns follow the Williams design (since session 20: every plan follows the reference
+# equally often within steps):
 # - if position 1 is slow again, the first-built or first-listed plan is handicapped, and
 #   bench (the table first) and export (the best finalist first) inherit it;
 # - if all three agree, session 20's gap was between the table's entry and a plan file, and

@@ -10,6 +10,7 @@ every time, with never more than one run of 5 beyond its noise + 10%.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import pytest
@@ -29,7 +30,7 @@ from autotune.measure import (
 FLOOR = 0.10
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7])
 def test_step_order_balances_positions(n: int) -> None:
     for start in range(2 * n):
         orders = [step_order(n, start + k) for k in range(2 * n)]
@@ -37,6 +38,9 @@ def test_step_order_balances_positions(n: int) -> None:
         firsts = [o[0] for o in orders]
         lasts = [o[-1] for o in orders]
         assert all(firsts.count(i) == 2 and lasts.count(i) == 2 for i in range(n))
+        # Neighbours too: every ordered pair of different functions twice within steps.
+        follows = [pair for o in orders for pair in itertools.pairwise(o)]
+        assert all(follows.count((a, b)) == 2 for a in range(n) for b in range(n) if a != b)
 
 
 def _runs(log: list[int]) -> list[tuple[int, int]]:
