@@ -218,6 +218,25 @@ def host_ms_per_call(fn: Callable[[], Any], calls: int = 20, bursts: int = 3) ->
     return statistics.median(samples)
 
 
+def eager_launch_us(launches: int = 200, rounds: int = 5) -> float:
+    """This machine's host speed on CUDA: microseconds of host time per eager launch of a
+    one-element in-place add (``launches`` in a row onto an idle device, no synchronisation
+    inside; the median of ``rounds``). A launch-bound eager forward, such as the reference
+    on the small cases, costs about its kernel count times this: two runs whose figures
+    differ time that reference at different speeds, whatever the GPU does."""
+    t = torch.zeros(1, device="cuda")
+    t.add_(1.0)
+    samples = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            t.add_(1.0)
+        samples.append((time.perf_counter() - t0) * 1e6 / launches)
+    torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
 def steady_calls_sync_free(fn: Callable[[], Any], calls: int = 3) -> str:
     """Whether ``calls`` warm calls of ``fn`` run without a host synchronisation on CUDA
     (``torch.cuda.set_sync_debug_mode("error")``): "yes", or "no: " and the first line of

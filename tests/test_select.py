@@ -264,6 +264,33 @@ def test_bench_says_which_entries_the_host_paces() -> None:
     assert " host " in line8
     assert "paced by the host, now or with the host 2x slower: case 8 (" in text
     assert "case 2" not in text.split("paced by the host")[-1]
+    assert "host speed" not in text  # no probe in these rows: nothing said
+    rows[0].launch_us, rows[1].launch_us = 6.0, 8.0
+    assert "host speed: 7.0 us of host time per eager launch (median over 2" in summarise(rows)
+
+
+def test_bench_csv_of_an_older_version_is_rewritten_under_the_new_header(tmp_path) -> None:
+    """A resumed bench appends to its CSV; when an older version wrote it (fewer columns),
+    the file is rewritten whole with this version's header, its rows kept, instead of a
+    row whose columns no longer line up."""
+    from autotune.tools.bench import CSV_FIELDS, BenchRow, append_csv, read_csv
+
+    path = tmp_path / "bench.csv"
+    old_fields = [f for f in CSV_FIELDS if f != "launch_us"]
+    old_row = {f: "" for f in old_fields} | {
+        "case": "2", "route": "plan a", "verdict": "PASS", "ref_ms": "2.386",
+        "table_ms": "0.065", "speedup": "36.5", "failed_elements": "0",
+        "anchors": "{}", "anchor_ms": "{}", "table_hash": "abc", "host_us": "16.6",
+    }  # fmt: skip
+    path.write_text(",".join(old_fields) + "\n" + ",".join(old_row[f] for f in old_fields) + "\n")
+    new = BenchRow("7", "plan b", "PASS", 2.1, 0.06, 35.0, table_hash="abc", launch_us=6.5)
+    append_csv(new, path)
+    assert path.read_text().splitlines()[0] == ",".join(CSV_FIELDS)
+    first, second = read_csv(path)
+    assert (first.case, first.host_us, first.launch_us) == ("2", 16.6, None)
+    assert (second.case, second.launch_us) == ("7", 6.5)
+    append_csv(BenchRow("12", "plan c", "PASS", table_hash="abc"), path)  # plain append now
+    assert [r.case for r in read_csv(path)] == ["2", "7", "12"]
 
 
 def test_report_says_where_each_cases_time_goes_beside_its_floor() -> None:
@@ -295,3 +322,9 @@ def test_report_says_where_each_cases_time_goes_beside_its_floor() -> None:
         time_goes_markdown(frame, "cpu", None)
     )
     assert time_goes_markdown(frame.drop(columns=["host_us", "gpu_us"]), "h200", 25.0) == []
+    # The run's host speed, where the bench measured it (older CSVs: nothing said).
+    assert "Host speed in this run" not in text
+    frame["launch_us"] = [5.0, 7.0]
+    assert "Host speed in this run: 6.0 us of host time per eager launch" in "\n".join(
+        time_goes_markdown(frame, "h200", 25.0)
+    )

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import json
 import math
+import statistics
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from autotune.judge.gate import CaseBench, GateSettings
 from autotune.measure import (
     OFFICIAL_TIMING,
     TimingSettings,
+    eager_launch_us,
     host_ms_per_call,
     steady_calls_sync_free,
 )
@@ -61,6 +63,9 @@ class BenchRow:
     kernels: float | None = None  # device kernels per forward
     ceiling: float | None = None  # reference median / gpu time: the speedup with no host cost
     sync_free: str = ""  # "yes", or the first host synchronisation a steady call made
+    # --hot-path (CUDA): this process's host speed, us of host time per eager launch
+    # (``eager_launch_us``); the reference's own time on launch-bound cases follows it.
+    launch_us: float | None = None
 
     def best_anchor(self) -> tuple[str, float] | None:
         passing = [(n, s) for n, (v, s) in self.anchors.items() if v == "PASS" and s]
@@ -160,6 +165,7 @@ def bench_case(
         with official_settings(), torch.inference_mode():
             spent = measure_hot_path(lambda: model(x, mask))
         row.host_us, row.gpu_us, row.kernels, row.sync_free = spent
+        row.launch_us = eager_launch_us()
         row.ceiling = stats.ref_median_ms * 1e3 / row.gpu_us if row.gpu_us else None
     bench.release()
     return row
@@ -283,6 +289,13 @@ def summarise(rows: list[BenchRow]) -> str:
                     f"{r.gpu_us or 0:>11.1f} {r.kernels or 0:>8.0f} "
                     f"{r.ceiling or 0:>7.1f}x  {pace:<9} {r.sync_free}"
                 )
+        probes = [r.launch_us for r in rows if r.launch_us]
+        if probes:
+            lines.append(
+                f"host speed: {statistics.median(probes):.1f} us of host time per eager launch "
+                f"(median over {len(probes)} case processes; a launch-bound reference slows "
+                "with it: compare runs' speedups only with this figure beside them)"
+            )
         if exposed:
             lines.append(
                 f"paced by the host, now or with the host {HOST_HEADROOM:g}x slower: case "
@@ -314,10 +327,19 @@ def write_csv(rows: list[BenchRow], path: str | Path) -> None:
 
 def append_csv(row: BenchRow, path: str | Path) -> None:
     """One case's row, appended as soon as the case ends (a run cut short keeps its rows);
-    the header is written with the first row."""
+    the header is written with the first row. A CSV an older version wrote (other
+    columns) is rewritten whole, atomically, under this version's header first."""
     from autotune.core.files import append_line
 
-    append_line(path, _csv_text(None), _csv_text(row))
+    path = Path(path)
+    header = _csv_text(None)
+    if path.is_file() and path.stat().st_size:
+        with path.open(newline="") as fh:
+            first = fh.readline()
+        if first != header:
+            write_csv([*read_csv(path), row], path)
+            return
+    append_line(path, header, _csv_text(row))
 
 
 def read_csv(path: str | Path) -> list[BenchRow]:

@@ -198,3 +198,13 @@ def test_evaluation_records_each_passing_candidates_host_time_per_call():
         host = outcome.host_ms_per_call
         assert host is not None and math.isfinite(host) and host > 0
     bench.release()
+
+
+def test_eager_launch_probe_measures_host_time_per_launch() -> None:
+    """``eager_launch_us``: host microseconds per eager launch, a positive figure well
+    under a millisecond on any working machine, and the device idle afterwards."""
+    from autotune.measure import eager_launch_us
+
+    value = eager_launch_us(launches=50, rounds=3)
+    assert 0.0 < value < 1000.0
+    assert torch.cuda.current_stream().query()
