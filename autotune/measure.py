@@ -90,10 +90,12 @@ def step_order(n: int, step: int) -> list[int]:
     """The order of ``n`` functions at interleaved step ``step``: a Williams design, the
     row ``0, 1, n-1, 2, n-2, ...`` shifted by ``step // 2`` (mod n), reversed on odd steps
     (n = 2: AB BA BA AB, repeated). Over any ``2 n`` consecutive steps every function is
-    first twice and last twice, and every function directly follows every other one
-    exactly twice within a step: neither a position nor a neighbour is anyone's (a plain
-    rotation put the functions listed next to the reference after it every time and the
-    others never: session 20's five-function compares)."""
+    first twice and last twice, and within the steps every function directly follows
+    every other one exactly twice (a plain rotation put the functions listed next to the
+    reference after it every time and the others never: session 20's five-function
+    compares). Across step boundaries, where the turns also run back to back, function k
+    is followed by k + 1 once more per ``2 n`` steps: with four functions the second
+    follows the first in 9 of 24 turns, the others in 6."""
     k = (step // 2) % n
     order = [(b + k) % n for b in _williams_base(n)]
     return order[::-1] if step % 2 else order
@@ -218,22 +220,24 @@ def host_ms_per_call(fn: Callable[[], Any], calls: int = 20, bursts: int = 3) ->
     return statistics.median(samples)
 
 
-def eager_launch_us(launches: int = 200, rounds: int = 5) -> float:
+def eager_launch_us(
+    launches: int = 200, rounds: int = 5, device: torch.device | str = "cuda"
+) -> float:
     """This machine's host speed on CUDA: microseconds of host time per eager launch of a
     one-element in-place add (``launches`` in a row onto an idle device, no synchronisation
     inside; the median of ``rounds``). A launch-bound eager forward, such as the reference
     on the small cases, costs about its kernel count times this: two runs whose figures
     differ time that reference at different speeds, whatever the GPU does."""
-    t = torch.zeros(1, device="cuda")
+    t = torch.zeros(1, device=device)
     t.add_(1.0)
     samples = []
     for _ in range(rounds):
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         for _ in range(launches):
             t.add_(1.0)
         samples.append((time.perf_counter() - t0) * 1e6 / launches)
-    torch.cuda.synchronize()
+    torch.cuda.synchronize(device)
     return statistics.median(samples)
 
 

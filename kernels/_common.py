@@ -114,6 +114,8 @@ def gdc_mode(pdl: bool, trigger: str = "start") -> int:
     """The kernels' ``USE_GDC``: 0 without pdl, 1 with the trigger at the start, 2 at the end."""
     if trigger not in PDL_TRIGGERS:
         raise ValueError(f"pdl trigger must be one of {PDL_TRIGGERS}, got {trigger!r}")
+    if trigger != "start" and not pdl:
+        raise ValueError(f"pdl trigger {trigger!r} places the trigger of pdl=True; got pdl=False")
     return PDL_TRIGGERS.index(trigger) + 1 if pdl else 0
 
 

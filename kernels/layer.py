@@ -212,12 +212,12 @@ class Tiling:
     pdl_trigger: str = "start"
 
     def __post_init__(self) -> None:
-        gdc_mode(self.pdl, self.pdl_trigger)  # a trigger it knows
         if self.pdl_trigger != "start" and not self.pdl:
             raise ValueError(
                 f"tiling.pdl_trigger={self.pdl_trigger!r} needs tiling.pdl=True (it places "
                 "the programmatic launch trigger); set pdl=True or leave the trigger 'start'"
             )
+        gdc_mode(self.pdl, self.pdl_trigger)  # a trigger it knows
         if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
             raise ValueError(
                 f"tiling.ffn_block must be 0 or a power of two >= 16, got {self.ffn_block}"

@@ -2,9 +2,11 @@
 # Measurement check, planned in session 20: in scripts/h200_s20_pdl_end.sh the table's entry,
 # listed first in `autotune compare`, ran 8.6-10.8 us slower than the same plan listed second
 # on the heads cases 12, 7 and 2 (73-90 us forwards), and within 0.8 us on the rows cases.
-# Here the same plan is listed three times (no --table), so only the position differs, and
-# the turns follow the Williams design (since session 20: every plan follows the reference
-# equally often within steps):
+# Here the same plan is listed three times (no --table), so only the position differs. The
+# turns follow the Williams design (since session 20): within steps every plan follows the
+# reference equally often; across step boundaries the first-listed plan follows it in 9 of
+# 24 turns, the others in 6 (session 20's compare: 12, 0, 0 and 9 of 24), so a gap of ~10%
+# at position 1 would not be adjacency:
 # - if position 1 is slow again, the first-built or first-listed plan is handicapped, and
 #   bench (the table first) and export (the best finalist first) inherit it;
 # - if all three agree, session 20's gap was between the table's entry and a plan file, and
@@ -15,7 +17,8 @@ source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s21_position.log"
 CASES=${CASES:-12 7 1}
-python3 - $CASES <<'PY'
+rm -f /tmp/entry_*.json  # a warm machine keeps /tmp
+python3 - $CASES <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
 import json, sys
 from autotune.runtime import load_table
 t = load_table("tables/h200.py")

@@ -313,7 +313,7 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
         assert any(words in r for r in reasons), (other, reasons)
     # pdl_trigger=end: the trigger after each kernel's last store; it needs pdl.
     assert not_supported_reasons(layer.replace(pdl=True, pdl_trigger="end"), cfg, hopper) == []
-    for fused in ("heads", "none"):
+    for fused in ("heads", "rows", "seq", "none"):
         plan = layer.replace(pdl_trigger="end", fused_layer=fused)
         reasons = not_supported_reasons(plan, cfg, hopper)
         assert any("pdl_trigger=end places the launch trigger of pdl=True" in r

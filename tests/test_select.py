@@ -266,7 +266,7 @@ def test_bench_says_which_entries_the_host_paces() -> None:
     assert "case 2" not in text.split("paced by the host")[-1]
     assert "host speed" not in text  # no probe in these rows: nothing said
     rows[0].launch_us, rows[1].launch_us = 6.0, 8.0
-    assert "host speed: 7.0 us of host time per eager launch (median over 2" in summarise(rows)
+    assert "host speed: 7.0 us of host time per eager launch (the median of 2" in summarise(rows)
 
 
 def test_bench_csv_of_an_older_version_is_rewritten_under_the_new_header(tmp_path) -> None:

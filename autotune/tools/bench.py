@@ -165,7 +165,7 @@ def bench_case(
         with official_settings(), torch.inference_mode():
             spent = measure_hot_path(lambda: model(x, mask))
         row.host_us, row.gpu_us, row.kernels, row.sync_free = spent
-        row.launch_us = eager_launch_us()
+        row.launch_us = eager_launch_us(device=device.torch_device)
         row.ceiling = stats.ref_median_ms * 1e3 / row.gpu_us if row.gpu_us else None
     bench.release()
     return row
@@ -293,8 +293,9 @@ def summarise(rows: list[BenchRow]) -> str:
         if probes:
             lines.append(
                 f"host speed: {statistics.median(probes):.1f} us of host time per eager launch "
-                f"(median over {len(probes)} case processes; a launch-bound reference slows "
-                "with it: compare runs' speedups only with this figure beside them)"
+                f"(the median of {len(probes)} measurements, one as each case ended; a "
+                "launch-bound reference slows with it: compare runs' speedups only with this "
+                "figure beside them)"
             )
         if exposed:
             lines.append(

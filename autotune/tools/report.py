@@ -288,7 +288,7 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
     if "launch_us" in frame and not frame["launch_us"].isna().all():
         lines += [
             f"Host speed in this run: {frame['launch_us'].median():.1f} us of host time per "
-            "eager launch (`launch_us`, the median of the cases' processes). The reference "
+            "eager launch (`launch_us`, the median of its measurements, one a case). The reference "
             "is an eager forward: on the launch-bound cases its time, and every speedup over "
             "it, follows this figure; compare runs with it beside them.",
             "",

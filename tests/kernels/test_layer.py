@@ -454,6 +454,11 @@ def test_programmatic_dependent_launch_changes_when_not_what(
         Tiling(**common, pdl_trigger="end")
     with pytest.raises(ValueError, match="pdl trigger must be one of"):
         Tiling(**common, pdl=True, pdl_trigger="middle")
+    from kernels._common import gdc_mode
+
+    assert [gdc_mode(False), gdc_mode(True), gdc_mode(True, "end")] == [0, 1, 2]
+    with pytest.raises(ValueError, match="places the trigger of pdl=True; got pdl=False"):
+        gdc_mode(False, "end")  # attention(pdl=False, pdl_trigger="end") says so too
     for other, tiles in (("seq", {}), ("rows", {"attn_post": True, "next_qkv": False})):
         with pytest.raises(ValueError, match="pdl applies to variants 'heads' and 'rows'"):
             run_stack(**dict(kwargs, variant=other), device=device,
