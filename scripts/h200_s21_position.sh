@@ -11,6 +11,9 @@
 #   bench (the table first) and export (the best finalist first) inherit it;
 # - if all three agree, session 20's gap was between the table's entry and a plan file, and
 #   the next step is to diff how the two are built.
+# compare prints each copy's host us a call beside its median (since session 20): a slow
+# copy whose host time is also high points at the host side, one with equal host time at
+# the device.
 # About 1.5 minutes. Returned: s21_position.log, compare_s21_position_c<case>.json.
 set -o pipefail
 source scripts/device_prelude.sh

@@ -84,7 +84,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ValueError("give at least one --plan or --table")
     timing = OFFICIAL_TIMING if args.official else STUDY_TIMING
     rows = []
-    print("case | plan | kernels/forward | median us | x reference | x first plan | verdict")
+    print(
+        "case | plan | kernels/forward | median us | host us/call | x reference | x first plan "
+        "| verdict"
+    )
     for row in compare_cases(select_cases(args.cases), selection(args), plans, tables, timing):
         rows.append(row.to_json())
 
@@ -93,7 +96,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         print(
             f"{row.case} | {row.plan} | {row.kernels if row.kernels is not None else '-'} | "
-            f"{fmt(row.median_us, '.1f')} | {fmt(row.speedup, '.2f')} | "
+            f"{fmt(row.median_us, '.1f')} | {fmt(row.host_us, '.1f')} | "
+            f"{fmt(row.speedup, '.2f')} | "
             f"{fmt(row.vs_first, '.2f')} | "
             + ("pass" if row.passed else "FAIL")
             + (f" ({row.detail})" if row.detail and not row.passed else ""),

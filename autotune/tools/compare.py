@@ -30,6 +30,9 @@ class Row:
     speedup: float | None = None
     noise: float | None = None
     vs_first: float | None = None
+    # CUDA: the plan's host time a call (one call onto an idle device, the median), beside
+    # its median: where the two are close the host, not the GPU, sets the plan's pace.
+    host_us: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -61,6 +64,8 @@ def compare_plans(bench: CaseBench, plans: list[Plan], timing: TimingSettings) -
         row.median_us = t.cand_median_ms * 1e3
         row.speedup = t.speedup
         row.noise = t.noise
+        if outcome.host_ms_per_call is not None:
+            row.host_us = outcome.host_ms_per_call * 1e3
         first = first if first is not None else t.cand_median_ms
         row.vs_first = first / t.cand_median_ms
     return rows
