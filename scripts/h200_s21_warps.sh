@@ -27,7 +27,7 @@ for c in $CASES; do
   plans=()
   for f in /tmp/s21_c${c}_*.json; do plans+=(--plan "@$f"); done
   [ ${#plans[@]} -gt 0 ] || { echo "no plans for case $c: stop" | tee -a "$LOG"; exit 1; }
-  step "case $c: ${#plans[@]} plans"
+  step "case $c: $(( ${#plans[@]} / 2 )) plans"
   timeout 150 python3 -m autotune compare --gpu h200 --cases "$c" "${plans[@]}" \
     --json "$OUT/compare_s21_warps_c$c.json" 2>&1 | grep -v -i warn | tee -a "$LOG" | tail -7
 done

@@ -200,6 +200,12 @@ SPACE = {
     ],
     "enqueue": [
         {},
+        # Session 21 (docs/logs/s21/s21_warps.log, one compare a case): 8 warps in the row
+        # kernels 2-4% faster than the entries on cases 2, 3 and 12; the chained rows form
+        # with 16-row tiles and 8 row warps 7% faster on case 4. First for the heads cases.
+        _layer("heads", 32, 128, 4, 1, 16, 8),
+        _layer("heads", 32, 32, 4, 2, 16, 8),
+        dict(_layer("rows", 32, 64, 4, 2, 16, 8), row_next_qkv=True),
         # v40's two rows plans with the next layer's QKV chained into the post rows (session
         # 19, docs/kernels_h200.md: case 13 843.6 us against 873.0, case 6 neutral): first,
         # so that a short study of a rows case reaches them.
