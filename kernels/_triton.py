@@ -14,6 +14,9 @@ import torch
 
 SUPPORTED_NUM_WARPS = (1, 2, 4, 8, 16)
 INT32_MAX = 2**31 - 1
+# Set by kernels.sass.offline_launches while launches compile for that CUDA architecture
+# and are recorded instead of run: CPU tensors are then fine (nothing reads them).
+OFFLINE_ARCH: int | None = None
 
 
 def triton_available() -> tuple[bool, str]:
@@ -50,7 +53,7 @@ def check_launch_device(kernel: object, tensors: Mapping[str, torch.Tensor]) -> 
                 f"{name} is on {other} but {first_name} is on {device}; "
                 "move all tensors to the same device"
             )
-    if device.type != "cuda" and not is_interpreted(kernel):
+    if device.type != "cuda" and not is_interpreted(kernel) and OFFLINE_ARCH is None:
         raise ValueError(
             f"Triton kernels need a CUDA device, or TRITON_INTERPRET=1 on the CPU "
             f"(set before importing kernels); got tensors on {device}"

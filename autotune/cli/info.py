@@ -84,6 +84,35 @@ def cmd_kernels_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_kernels_inspect(args: argparse.Namespace) -> int:
+    from autotune.core.cases import select_cases
+    from autotune.core.profiles import get_profile
+    from autotune.plan import Plan, parse_plan
+    from autotune.runtime import load_table
+    from autotune.tools.kernel_inspect import format_stats, inspect_plan, to_json
+
+    profile = get_profile(args.gpu)
+    plans = [parse_plan(t) for t in args.plan or []]
+    table = load_table(args.table) if args.table else None
+    if not plans and table is None:
+        raise ValueError("give at least one --plan or --table")
+    records = []
+    for case in select_cases(args.cases):
+        picked = list(plans)
+        if table is not None:
+            entry = table.entries.get(case.key.as_tuple())
+            if not entry:
+                raise ValueError(f"{args.table} has no entry for case {case.id}; pass --plan")
+            picked.insert(0, Plan.from_dict(entry["plan"]))
+        for plan in picked:
+            stats = inspect_plan(case, plan, profile)
+            print("\n".join(format_stats(case, plan, stats)), flush=True)
+            records.append(to_json(case, plan, stats))
+    if args.json:
+        Path(args.json).write_text("[\n" + ",\n".join(records) + "\n]\n")
+    return 0
+
+
 def cmd_floors(args: argparse.Namespace) -> int:
     from autotune.core.cases import case_sort_key, select_cases
     from autotune.tools.floors import ceilings_for, floor_of, floors_table
@@ -163,3 +192,14 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--match", default="", metavar="TEXT", help="only the checks whose name contains TEXT"
     )
     k.set_defaults(func=cmd_kernels_check)
+    k = ksub.add_parser(
+        "inspect",
+        help="a fused-layer plan's kernels compiled for a GPU profile on this machine (no GPU): "
+        "registers, spills, shared memory, blocks an SM, SASS instructions by class",
+    )
+    k.add_argument("--gpu", default="h200", help="CUDA profile whose architecture to compile for")
+    k.add_argument("--cases", required=True, help="case spec, e.g. 2 or 1-5")
+    k.add_argument("--plan", action="append", help="plan JSON or @file.json (repeatable)")
+    k.add_argument("--table", help="also the plan this table ships for each case (first)")
+    k.add_argument("--json", help="write the kernels' facts as JSON here")
+    k.set_defaults(func=cmd_kernels_inspect)

@@ -1,0 +1,114 @@
+"""`autotune kernels inspect`: the kernels a fused-layer plan launches for one case,
+compiled on this machine for the GPU profile's architecture (no GPU needed): registers,
+spills, shared memory, resident blocks an SM, and SASS instructions by class.
+
+It answers before any device time is spent what session 21's Nsight Compute run had to
+measure on the H200 (case 2's heads kernel: 255 registers, 2 blocks an SM by registers,
+51,200 B of shared memory; its post rows kernel: 148 registers, 3 blocks an SM). The
+numbers are the installed Triton's: to see the device's, install its Triton version into
+a folder and put that first on PYTHONPATH (README, "Inspecting kernels without a GPU").
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from autotune import backends
+from autotune.build import not_supported_reasons
+from autotune.core.cases import Case
+from autotune.core.device import DeviceInfo
+from autotune.core.profiles import GpuProfile
+from autotune.core.reference import build_reference, generate_random_case
+from autotune.plan import Plan
+
+SEED = 1234
+
+
+def profile_device(profile: GpuProfile) -> DeviceInfo:
+    """The CUDA device a GPU profile describes (for the support rules; nothing runs)."""
+    if profile.device_type != "cuda" or profile.capability is None:
+        raise ValueError(
+            f"--gpu {profile.name} is not a CUDA profile with a compute capability; "
+            "use h200, h100, a100, rtx4090 or rtx5080"
+        )
+    return DeviceInfo(
+        "cuda", profile.name, profile.capability, profile.memory_bytes, profile.smem_per_block
+    )
+
+
+def inspect_plan(case: Case, plan: Plan, profile: GpuProfile) -> list[Any]:
+    """The ``kernels.sass.KernelStats`` of every kernel one forward of ``plan`` launches on
+    ``case``, compiled for ``profile``'s architecture. ValueError (with the fix) for a plan
+    that is not a fused layer or that the support rules refuse there."""
+    from kernels import _triton
+
+    if _triton.interpreter_enabled():
+        raise ValueError(
+            "TRITON_INTERPRET is on: the interpreter compiles nothing; run with "
+            "TRITON_INTERPRET=0 (the kernels compile for the profile's GPU, none is needed)"
+        )
+    from kernels import layer, sass
+
+    if _triton.is_interpreted(layer._post_rows_kernel):
+        raise ValueError(
+            "the kernels were imported under TRITON_INTERPRET=1 in this process; start a new "
+            "process with TRITON_INTERPRET=0"
+        )
+    family = backends.layer_backend(plan)
+    if not getattr(family, "fused", False):
+        raise ValueError(
+            f"plan {plan.describe()!r} runs the per-layer path; inspect covers the fused "
+            "layers: set fused_layer to heads, rows or seq"
+        )
+    device = profile_device(profile)
+    reasons = not_supported_reasons(plan, case.config, device)
+    if reasons:
+        raise ValueError(
+            f"plan {plan.describe()!r} cannot run on case {case.id} on {profile.name}: "
+            + "; ".join(reasons)
+        )
+    reference = build_reference(case.config, "cpu")
+    model = types.SimpleNamespace(
+        layers=reference.layers, final_norm=reference.final_norm, plan=plan
+    )
+    prepared = family.prepare(model)
+    x, mask = generate_random_case(case.config, "cpu", seed=SEED)
+    capability = profile.capability
+    assert capability is not None
+    with sass.offline_launches(capability[0] * 10 + capability[1]) as stats:
+        family.forward(prepared, x, mask, plan, case.config)
+    return stats
+
+
+def format_stats(case: Case, plan: Plan, stats: Sequence[Any]) -> list[str]:
+    """A header line and one line per kernel."""
+    from kernels.sass import SASS_CLASSES
+
+    classes = [*SASS_CLASSES, "other"]
+    arch = stats[0].arch if stats else 0
+    version = stats[0].triton_version if stats else "?"
+    lines = [
+        f"== case {case.id}: {plan.describe()}  (sm_{arch}, triton {version})",
+        f"   {'kernel':<26} {'launches':>8} {'blocks':>6} {'warps':>5} {'regs':>4} "
+        f"{'stack':>5} {'smem B':>7} {'blocks/SM (by)':>15} {'SASS':>5}  "
+        + " ".join(f"{c:>7}" for c in classes),
+    ]
+    for s in stats:
+        occ = s.occupancy
+        by = min(("warps", "registers", "shared"), key=lambda k: occ[k])
+        lines.append(
+            f"   {s.name[:26]:<26} {s.launches:>8} {s.programs:>6} {s.num_warps:>5} "
+            f"{s.registers:>4} {s.stack:>5} {s.shared:>7} {occ['blocks']:>5} ({by:>8}) "
+            f"{sum(s.sass.values()):>5}  " + " ".join(f"{s.sass[c]:>7}" for c in classes)
+        )
+    return lines
+
+
+def to_json(case: Case, plan: Plan, stats: Sequence[Any]) -> str:
+    return json.dumps(
+        {"case": case.id, "plan": plan.to_dict(), "kernels": [s.as_dict() for s in stats]},
+        indent=1,
+    )

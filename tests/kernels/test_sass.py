@@ -1,0 +1,127 @@
+"""`autotune kernels inspect` and kernels.sass: a plan's kernels compiled for sm_90 on the
+CPU (no GPU), their resources and SASS counted. The compile runs in a child process with
+TRITON_INTERPRET=0: this test session imported the kernels under the interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernels.sass import blocks_per_sm, classify, sass_opcodes
+
+pytest.importorskip("triton")
+
+ROOT = Path(__file__).resolve().parents[2]
+# Case 2's shipped plan of table version 43 (4 row warps).
+HEADS = {
+    "attention": "triton",
+    "fused_layer": "heads",
+    "attn_block_m": 32,
+    "attn_block_n": 128,
+    "attn_stages": 1,
+    "attn_precision": "fp16",
+    "gemm_precision": "fp16",
+    "row_block": 16,
+    "cuda_graph": True,
+}
+
+SASS = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   S2R R0, SR_TID.X ;
+        /*0020*/              @!P0 LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0030*/               @P1 HMMA.16816.F32 R8, R12, R16, R8 ;
+        /*0040*/                   HGMMA.64x64x16.F32 R24, gdesc[UR4], R24 ;
+        /*0050*/              @UP0 FFMA R3, R4, R5, R3 ;
+        /*0060*/                   MUFU.EX2 R6, R6 ;
+        /*0070*/                   SHFL.BFLY PT, R7, R6, 0x1, 0x1f ;
+        /*0080*/                   STL [R1], R9 ;
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*00a0*/                   EXIT ;
+"""
+
+
+def test_sass_opcodes_and_classes() -> None:
+    ops = sass_opcodes(SASS)
+    expected = ["LDC", "S2R", "LDG", "HMMA", "HGMMA", "FFMA", "MUFU", "SHFL", "STL", "BAR"]
+    assert ops == [*expected, "EXIT"]
+    counts = classify(ops)
+    assert counts["mma"] == 2 and counts["global"] == 1 and counts["fp32"] == 1
+    assert counts["sfu"] == 1 and counts["shuffle"] == 1 and counts["local"] == 1
+    assert counts["sync"] == 1 and counts["other"] == 3  # LDC, S2R, EXIT
+    assert sum(counts.values()) == len(ops)
+
+
+def test_blocks_per_sm_matches_nsight_compute_on_the_h200() -> None:
+    # docs/logs/s21/ncu_c2_*.txt: Block Limit Registers 2 and Shared Mem 4 (heads kernel,
+    # 255 registers, 51.2 KB); 18.75% theoretical occupancy (3 blocks) for the post rows.
+    heads = blocks_per_sm(90, 4, 255, 51200)
+    assert (heads["registers"], heads["shared"], heads["blocks"]) == (2, 4, 2)
+    assert blocks_per_sm(90, 4, 148, 71680)["blocks"] == 3
+    assert blocks_per_sm(90, 8, 64, 0)["blocks"] == 4  # 64 x 32 x 8 registers a block
+    assert blocks_per_sm(90, 8, 32, 0)["blocks"] == 8  # by warps: 64 an SM
+    assert blocks_per_sm(90, 4, 33, 0)["registers"] == 12  # 33 x 32 -> 1,280 a warp
+
+
+def _inspect(*args: str, interpret: str = "0") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, TRITON_INTERPRET=interpret, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", "kernels", "inspect", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
+
+
+def _needs_compiler() -> None:
+    import triton
+
+    bin_dir = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+    if not (bin_dir / "ptxas").exists() or not (bin_dir / "cuobjdump").exists():
+        pytest.skip(f"this triton has no bundled ptxas/cuobjdump in {bin_dir}")
+
+
+def test_inspect_compiles_case_2s_heads_plan_for_sm_90(tmp_path: Path) -> None:
+    _needs_compiler()
+    out = tmp_path / "inspect.json"
+    done = _inspect("--cases", "2", "--plan", json.dumps(HEADS), "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "_heads_attention_kernel" in done.stdout and "(sm_90, triton " in done.stdout
+    (record,) = json.loads(out.read_text())
+    kernels = {k["name"]: k for k in record["kernels"] if k["name"] == "_heads_attention_kernel"}
+    heads = kernels["_heads_attention_kernel"]
+    # 4 layers; a program per (query block of 32, head) of the one sequence: 4 x 4.
+    assert heads["launches"] == 4 and heads["programs"] == 16
+    assert heads["num_warps"] == 4 and 0 < heads["registers"] <= 255
+    assert heads["shared"] > 0 and heads["sass"]["mma"] > 0
+    post = [k for k in record["kernels"] if k["name"] == "_post_rows_kernel"]
+    # The last layer's post rows carry the final LayerNorm: a second compiled kernel.
+    assert sum(k["launches"] for k in post) == 4 and len(post) == 2
+    assert all(k["programs"] == 8 for k in post)  # 128 rows, 16 a program
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--plan", '{"attention": "triton"}'], "set fused_layer to heads, rows or seq"),
+        (["--plan", json.dumps(dict(HEADS, attn_block_m=128))], "use attn_block_m <= 64"),
+        (["--gpu", "cpu", "--plan", json.dumps(HEADS)], "--gpu cpu is not a CUDA profile"),
+        ([], "give at least one --plan or --table"),
+    ],
+)
+def test_inspect_refuses_bad_input_with_exit_2(args: list[str], message: str) -> None:
+    done = _inspect("--cases", "2", *args)
+    assert done.returncode == 2, (done.returncode, done.stderr[-1000:])
+    assert message in done.stderr
+
+
+def test_inspect_refuses_the_interpreter() -> None:
+    done = _inspect("--cases", "2", "--plan", json.dumps(HEADS), interpret="1")
+    assert done.returncode == 2
+    assert "run with TRITON_INTERPRET=0" in done.stderr
