@@ -157,9 +157,13 @@ def _cubin_facts(cubin: bytes) -> tuple[int, int, dict[str, int]]:
 
 
 @contextlib.contextmanager
-def offline_launches(arch: int = 90) -> Iterator[list[KernelStats]]:
+def offline_launches(
+    arch: int = 90, overrides: dict[str, int] | None = None
+) -> Iterator[list[KernelStats]]:
     """Within the block, Triton launches compile for ``sm_<arch>`` and are recorded (one
     ``KernelStats`` per distinct compiled kernel, in first-launch order) instead of run.
+    ``overrides`` replace compile options of every kernel (``num_stages``, ``maxnreg``,
+    ...: what a launcher change would pass), to see their cost before making the change.
 
     Needs the kernels decorated for compilation: ``TRITON_INTERPRET`` unset or 0 when
     ``kernels`` was imported (the interpreter runs kernels in Python and compiles nothing).
@@ -181,6 +185,14 @@ def offline_launches(arch: int = 90) -> Iterator[list[KernelStats]]:
         options, signature, constexprs, attrs = self._pack_args(
             backend, kwargs, bound, specialization, options
         )
+        if overrides:
+            unknown = sorted(set(overrides) - set(vars(options)))
+            if unknown:
+                raise ValueError(
+                    f"compile option(s) {unknown} unknown to this Triton; valid: "
+                    + ", ".join(sorted(vars(options)))
+                )
+            options = dataclasses.replace(options, **overrides)
         compiled = triton.compile(
             ASTSource(self, signature, constexprs, attrs), target=target, options=options.__dict__
         )

@@ -89,9 +89,15 @@ def cmd_kernels_inspect(args: argparse.Namespace) -> int:
     from autotune.core.profiles import get_profile
     from autotune.plan import Plan, parse_plan
     from autotune.runtime import load_table
-    from autotune.tools.kernel_inspect import format_stats, inspect_plan, to_json
+    from autotune.tools.kernel_inspect import (
+        format_stats,
+        inspect_plan,
+        parse_compile_options,
+        to_json,
+    )
 
     profile = get_profile(args.gpu)
+    overrides = parse_compile_options(args.compile_option or [])
     plans = [parse_plan(t) for t in args.plan or []]
     table = load_table(args.table) if args.table else None
     if not plans and table is None:
@@ -105,9 +111,9 @@ def cmd_kernels_inspect(args: argparse.Namespace) -> int:
                 raise ValueError(f"{args.table} has no entry for case {case.id}; pass --plan")
             picked.insert(0, Plan.from_dict(entry["plan"]))
         for plan in picked:
-            stats = inspect_plan(case, plan, profile)
-            print("\n".join(format_stats(case, plan, stats)), flush=True)
-            records.append(to_json(case, plan, stats))
+            stats = inspect_plan(case, plan, profile, overrides)
+            print("\n".join(format_stats(case, plan, stats, overrides)), flush=True)
+            records.append(to_json(case, plan, stats, overrides))
     if args.json:
         Path(args.json).write_text("[\n" + ",\n".join(records) + "\n]\n")
     return 0
@@ -201,5 +207,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     k.add_argument("--cases", required=True, help="case spec, e.g. 2 or 1-5")
     k.add_argument("--plan", action="append", help="plan JSON or @file.json (repeatable)")
     k.add_argument("--table", help="also the plan this table ships for each case (first)")
+    k.add_argument(
+        "--compile-option",
+        action="append",
+        metavar="KEY=INT",
+        help="replace a compile option of every kernel (maxnreg=168, num_stages=2; repeatable)",
+    )
     k.add_argument("--json", help="write the kernels' facts as JSON here")
     k.set_defaults(func=cmd_kernels_inspect)

@@ -39,10 +39,26 @@ def profile_device(profile: GpuProfile) -> DeviceInfo:
     )
 
 
-def inspect_plan(case: Case, plan: Plan, profile: GpuProfile) -> list[Any]:
+def parse_compile_options(items: Sequence[str]) -> dict[str, int]:
+    """``KEY=INT`` items (``maxnreg=168``, ``num_stages=2``) as a dict."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value.lstrip("-").isdigit():
+            raise ValueError(
+                f"--compile-option {item!r}: write KEY=INT, e.g. maxnreg=168 or num_stages=2"
+            )
+        options[key] = int(value)
+    return options
+
+
+def inspect_plan(
+    case: Case, plan: Plan, profile: GpuProfile, overrides: dict[str, int] | None = None
+) -> list[Any]:
     """The ``kernels.sass.KernelStats`` of every kernel one forward of ``plan`` launches on
-    ``case``, compiled for ``profile``'s architecture. ValueError (with the fix) for a plan
-    that is not a fused layer or that the support rules refuse there."""
+    ``case``, compiled for ``profile``'s architecture (with ``overrides`` of the compile
+    options, if any). ValueError (with the fix) for a plan that is not a fused layer or
+    that the support rules refuse there."""
     from kernels import _triton
 
     if _triton.interpreter_enabled():
@@ -78,12 +94,14 @@ def inspect_plan(case: Case, plan: Plan, profile: GpuProfile) -> list[Any]:
     x, mask = generate_random_case(case.config, "cpu", seed=SEED)
     capability = profile.capability
     assert capability is not None
-    with sass.offline_launches(capability[0] * 10 + capability[1]) as stats:
+    with sass.offline_launches(capability[0] * 10 + capability[1], overrides) as stats:
         family.forward(prepared, x, mask, plan, case.config)
     return stats
 
 
-def format_stats(case: Case, plan: Plan, stats: Sequence[Any]) -> list[str]:
+def format_stats(
+    case: Case, plan: Plan, stats: Sequence[Any], overrides: dict[str, int] | None = None
+) -> list[str]:
     """A header line and one line per kernel."""
     from kernels.sass import SASS_CLASSES
 
@@ -91,7 +109,9 @@ def format_stats(case: Case, plan: Plan, stats: Sequence[Any]) -> list[str]:
     arch = stats[0].arch if stats else 0
     version = stats[0].triton_version if stats else "?"
     lines = [
-        f"== case {case.id}: {plan.describe()}  (sm_{arch}, triton {version})",
+        f"== case {case.id}: {plan.describe()}  (sm_{arch}, triton {version}"
+        + "".join(f", {k}={v}" for k, v in (overrides or {}).items())
+        + ")",
         f"   {'kernel':<26} {'launches':>8} {'blocks':>6} {'warps':>5} {'regs':>4} "
         f"{'stack':>5} {'smem B':>7} {'blocks/SM (by)':>15} {'SASS':>5}  "
         + " ".join(f"{c:>7}" for c in classes),
@@ -107,8 +127,13 @@ def format_stats(case: Case, plan: Plan, stats: Sequence[Any]) -> list[str]:
     return lines
 
 
-def to_json(case: Case, plan: Plan, stats: Sequence[Any]) -> str:
-    return json.dumps(
-        {"case": case.id, "plan": plan.to_dict(), "kernels": [s.as_dict() for s in stats]},
-        indent=1,
-    )
+def to_json(
+    case: Case, plan: Plan, stats: Sequence[Any], overrides: dict[str, int] | None = None
+) -> str:
+    record = {
+        "case": case.id,
+        "plan": plan.to_dict(),
+        "compile_options": overrides or {},
+        "kernels": [s.as_dict() for s in stats],
+    }
+    return json.dumps(record, indent=1)

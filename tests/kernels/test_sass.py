@@ -106,10 +106,29 @@ def test_inspect_compiles_case_2s_heads_plan_for_sm_90(tmp_path: Path) -> None:
     assert all(k["programs"] == 8 for k in post)  # 128 rows, 16 a program
 
 
+def test_inspect_compile_option_caps_registers(tmp_path: Path) -> None:
+    _needs_compiler()
+    out = tmp_path / "capped.json"
+    done = _inspect(
+        "--cases", "2", "--plan", json.dumps(HEADS), "--compile-option", "maxnreg=128",
+        "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "maxnreg=128)" in done.stdout
+    (record,) = json.loads(out.read_text())
+    assert record["compile_options"] == {"maxnreg": 128}
+    assert all(k["registers"] <= 128 for k in record["kernels"])
+    heads = next(k for k in record["kernels"] if k["name"] == "_heads_attention_kernel")
+    # Uncapped it holds 240-255 registers (Triton 3.6-3.9): capped at 128, it spills.
+    assert heads["stack"] > 0 and heads["sass"]["local"] > 0
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--plan", '{"attention": "triton"}'], "set fused_layer to heads, rows or seq"),
+        (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg"], "write KEY=INT"),
+        (["--plan", json.dumps(HEADS), "--compile-option", "regs=1"], "unknown to this Triton"),
         (["--plan", json.dumps(dict(HEADS, attn_block_m=128))], "use attn_block_m <= 64"),
         (["--gpu", "cpu", "--plan", json.dumps(HEADS)], "--gpu cpu is not a CUDA profile"),
         ([], "give at least one --plan or --table"),
