@@ -313,6 +313,18 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "row_maxnreg",
+        0,
+        "fused_layer heads and rows: the most registers a thread of the row kernels (QKV "
+        "rows, post rows) may hold, ptxas's maxnreg (0: the compiler's choice). Fewer "
+        "registers, more programs resident on an SM to hide latency; too few spill to local "
+        "memory (`autotune kernels inspect` shows both before any device time; the same "
+        "arithmetic)",
+        choices=(0, 128, 168),
+        needs={128: "fused_layer=heads or rows", 168: "fused_layer=heads or rows"},
+        group="kernels",
+    ),
+    Knob(
         "row_stage",
         False,
         "the post-attention rows kernel (fused_layer=heads or rows): the residual x + "
@@ -407,6 +419,7 @@ class Plan:
     row_warps: int = 4
     mask_bounds: bool = False
     row_ffn_block: int = 0
+    row_maxnreg: int = 0
     row_stage: bool = False
     row_attn_post: bool = False
     row_next_qkv: bool = False

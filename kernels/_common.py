@@ -98,6 +98,16 @@ def pdl_reasons(device_type: str, capability: tuple[int, int] | None) -> list[st
     return []
 
 
+# ptxas's .maxnreg bounds (registers a thread; the hardware's most is 255).
+MIN_MAXNREG, MAX_MAXNREG = 24, 255
+
+
+def maxnreg_launch(maxnreg: int) -> dict[str, int]:
+    """The launch option capping a kernel's registers a thread, only when set (0: the
+    compiler's choice, a launch exactly as before)."""
+    return {"maxnreg": maxnreg} if maxnreg else {}
+
+
 def pdl_launch(pdl: bool) -> dict[str, bool]:
     """The launch option of programmatic dependent launch, only when it is on (a plan
     without it launches exactly as before, whatever the Triton version)."""

@@ -71,13 +71,16 @@ import triton.language as tl
 from kernels import attention as flash
 from kernels._common import (
     MAX_FUSED_ROW_TILE,
+    MAX_MAXNREG,
     MAX_SEQ_ROW_TILE,
     MIN_BLOCK,
+    MIN_MAXNREG,
     check_int32_offsets,
     fused_row_tile_reasons,
     gdc_mode,
     grid_dependency_enter,
     grid_dependency_exit,
+    maxnreg_launch,
     padded_dim,
     pdl_launch,
     pdl_reasons,
@@ -190,6 +193,10 @@ class Tiling:
     # default of ``ffn_chunk``). Fewer columns, fewer live registers a step (the FFN's
     # hidden tile and both weight tiles), more steps; sums in another order.
     ffn_block: int = 0
+    # heads, rows: the most registers a thread of the row kernels (qkv rows, post rows) may
+    # hold, ptxas's maxnreg (0: the compiler's choice). Fewer registers, more programs
+    # resident to hide latency; too few spill. The same arithmetic.
+    row_maxnreg: int = 0
     # rows: the flash attention and the post-rows kernel as one kernel (two launches a
     # layer): a program per (query block, sequence) runs every head in turn, accumulates
     # the output projection and goes on to the FFN of its rows (attn_block_m rows,
@@ -221,6 +228,11 @@ class Tiling:
         if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
             raise ValueError(
                 f"tiling.ffn_block must be 0 or a power of two >= 16, got {self.ffn_block}"
+            )
+        if self.row_maxnreg and not MIN_MAXNREG <= self.row_maxnreg <= MAX_MAXNREG:
+            raise ValueError(
+                f"tiling.row_maxnreg must be 0 (the compiler's choice) or in {MIN_MAXNREG}.."
+                f"{MAX_MAXNREG} registers a thread, got {self.row_maxnreg}"
             )
 
 
@@ -1258,6 +1270,7 @@ def _launch_layer(
                 EMULATE_BF16_DOT=emulate,
                 USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
                 num_warps=tiling.row_warps,
+                **maxnreg_launch(tiling.row_maxnreg),
                 **pdl_launch(tiling.pdl),
             )
         if tiling.attn_post:
@@ -1309,6 +1322,7 @@ def _launch_layer(
         BLOCK_N=min(block_d, 64),
         USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
         num_warps=tiling.row_warps,
+        **maxnreg_launch(tiling.row_maxnreg),
         **pdl_launch(tiling.pdl),
     )
 

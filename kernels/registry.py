@@ -390,6 +390,11 @@ LAYER_SHAPE = {
 }
 
 
+# The register cap of the "nreg" layer checks: below what their row kernels take uncapped,
+# so the compiled checks run spilled code (the plans' caps are 128 and 168).
+NREG_CHECK_CAP = 64
+
+
 def _run_layer(
     variant: str, precision: str, padding: str, causal: bool, device: str,
     reference: ReferenceFactory,
@@ -400,10 +405,14 @@ def _run_layer(
     rows with the attention and post rows in one kernel; "chain": rows whose post rows
     write the next layer's qkv; "pdl" (last): every kernel launched with programmatic
     dependent launch (compiled on sm_90+ only), "pdlend" with its trigger after each
-    kernel's last store."""
+    kernel's last store; "nreg" (last of all): the row kernels capped at
+    ``NREG_CHECK_CAP`` registers a thread, low enough to spill (compiled only; the
+    interpreter runs the same arithmetic)."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    row_maxnreg = NREG_CHECK_CAP if padding.endswith("nreg") else 0
+    padding = padding.removesuffix("nreg").removesuffix("-")
     pdl_trigger = "end" if padding.endswith("pdlend") else "start"
     if pdl_trigger == "end":
         padding = padding.removesuffix("end")
@@ -457,6 +466,7 @@ def _run_layer(
                 next_qkv=next_qkv,
                 pdl=pdl,
                 pdl_trigger=pdl_trigger,
+                row_maxnreg=row_maxnreg,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -600,6 +610,8 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("rows", "fp16", "masked-bounds-chain", True),
         ("rows", "ieee", "padded-staged-chain", True),
         ("rows", "fp16", "chain", False),
+        ("rows", "fp16", "masked-bounds-chain-nreg", True),
+        ("heads", "fp16", "padded-staged-nreg", True),
     )
     if _compiled_on_hopper():  # programmatic dependent launch: compiled, sm_90+ only
         layer_cases += (

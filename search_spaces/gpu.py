@@ -139,6 +139,11 @@ SPACE = {
             "values": [0, 32, 16],
             "when": {"fused_layer": [*_LAYERS, "seq"]},
         },
+        # A cap on the row kernels' registers a thread (ptxas maxnreg): with 8 row warps and
+        # 64-row tiles, case 6's post rows go from 151 registers (1 block, 8 warps an SM) to
+        # 126 without a spill (2 blocks, 16 warps an SM; `autotune kernels inspect`, session
+        # 21); a cap on 4 warps spills (168: 608 bytes a thread), so 128 only.
+        {"name": "row_maxnreg", "values": [0, 128], "when": {"fused_layer": _LAYERS}},
         # The flash attention of `rows` skips the mask inside each sequence's all-valid
         # key prefix and every block past its last valid key (one launch per forward).
         {"name": "mask_bounds", "values": [False, True], "when": {"fused_layer": ["rows"]}},
@@ -206,6 +211,10 @@ SPACE = {
         _layer("heads", 32, 128, 4, 1, 16, 8),
         _layer("heads", 32, 32, 4, 2, 16, 8),
         dict(_layer("rows", 32, 64, 4, 2, 16, 8), row_next_qkv=True),
+        # Session 21 (offline, not yet measured): case 6's and case 13's rows plans with 8
+        # row warps capped at 128 registers, twice the resident warps of the 4-warp plans.
+        dict(_ROWS_STAGED, row_warps=8, row_maxnreg=128),
+        dict(_ROWS_BOUNDED, row_next_qkv=True, row_warps=8, row_maxnreg=128),
         # v40's two rows plans with the next layer's QKV chained into the post rows (session
         # 19, docs/kernels_h200.md: case 13 843.6 us against 873.0, case 6 neutral): first,
         # so that a short study of a rows case reaches them.

@@ -42,6 +42,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_stage=True applies to the post-attention rows kernel of "
                 "fused_layer=heads or rows; got fused_layer=none"
             )
+        if plan.row_maxnreg:
+            reasons.append(
+                f"row_maxnreg={plan.row_maxnreg} caps the registers of the row kernels of "
+                "fused_layer=heads or rows; got fused_layer=none"
+            )
         if plan.row_ffn_block:
             reasons.append(
                 f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
@@ -88,6 +93,7 @@ def tiling(plan: Any) -> Any:
         mask_bounds=plan.mask_bounds,
         stage_residual=plan.row_stage,
         ffn_block=plan.row_ffn_block,
+        row_maxnreg=plan.row_maxnreg,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
         pdl=plan.pdl,
@@ -140,6 +146,11 @@ class _FusedLayer(FusedLayerFamily):
             reasons.append(
                 "row_stage=True applies to the post-attention rows kernel of fused_layer=heads "
                 "or rows; fused_layer=seq runs the whole layer in one kernel"
+            )
+        if plan.row_maxnreg and self.value == "seq":
+            reasons.append(
+                f"row_maxnreg={plan.row_maxnreg} caps the registers of the row kernels of "
+                "fused_layer=heads or rows; fused_layer=seq runs the whole layer in one kernel"
             )
         for knob in ("compile", "batch_chunk", "host_io", "query_chunk"):
             if getattr(plan, knob) not in ("none", 0, False):

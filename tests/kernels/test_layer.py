@@ -463,3 +463,19 @@ def test_programmatic_dependent_launch_changes_when_not_what(
         with pytest.raises(ValueError, match="pdl applies to variants 'heads' and 'rows'"):
             run_stack(**dict(kwargs, variant=other), device=device,
                       tiling=dataclasses.replace(pdl, **tiles))  # fmt: skip
+
+
+def test_row_maxnreg_caps_only_and_keeps_the_arithmetic(device: str) -> None:
+    """A register cap on the row kernels changes no value: under the interpreter it is
+    ignored, compiled it only moves values to local memory (bit for bit either way)."""
+    common = dict(block_m=16, block_n=16, row_block=16)
+    kwargs = dict(variant="rows", precision="fp16", mask_kind="padded", causal=True)
+    plain, _, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
+    capped, _, x_change = run_stack(
+        **kwargs, tiling=Tiling(**common, row_maxnreg=64), device=device
+    )
+    assert torch.equal(capped, plain)
+    assert torch.count_nonzero(x_change) == 0
+    for bad in (8, 256):
+        with pytest.raises(ValueError, match=r"tiling\.row_maxnreg must be 0 .* or in 24\.\.255"):
+            Tiling(**common, row_maxnreg=bad)

@@ -123,6 +123,20 @@ def test_inspect_compile_option_caps_registers(tmp_path: Path) -> None:
     assert heads["stack"] > 0 and heads["sass"]["local"] > 0
 
 
+def test_the_plans_row_maxnreg_reaches_the_row_kernels_only(tmp_path: Path) -> None:
+    _needs_compiler()
+    out = tmp_path / "knob.json"
+    done = _inspect(
+        "--cases", "2", "--plan", json.dumps(dict(HEADS, row_maxnreg=128)), "--json", str(out)
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = json.loads(out.read_text())
+    post = [k["registers"] for k in record["kernels"] if k["name"] == "_post_rows_kernel"]
+    heads = [k["registers"] for k in record["kernels"] if k["name"] == "_heads_attention_kernel"]
+    assert len(post) == 2 and max(post) <= 128
+    assert heads[0] > 128  # the attention kernel is not capped
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
