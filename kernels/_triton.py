@@ -38,6 +38,14 @@ def interpreter_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
+def launch_capability(device: torch.device) -> tuple[int, int]:
+    """The compute capability launches on ``device`` compile for: ``OFFLINE_ARCH``'s while
+    ``kernels.sass.offline_launches`` records them, else the CUDA device's."""
+    if OFFLINE_ARCH is not None:
+        return OFFLINE_ARCH // 10, OFFLINE_ARCH % 10
+    return torch.cuda.get_device_capability(device)
+
+
 def is_interpreted(kernel: object) -> bool:
     """True when ``kernel`` was decorated while the Triton interpreter was on."""
     return type(kernel).__name__ == "InterpretedFunction"

@@ -68,6 +68,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import _triton
 from kernels import attention as flash
 from kernels._common import (
     MAX_FUSED_ROW_TILE,
@@ -1024,6 +1025,11 @@ def _config_errors(
             "pdl applies to variants 'heads' and 'rows' without attn_post (their kernels "
             f"wait on their predecessor); got variant={variant!r}, attn_post={tiling.attn_post}"
         )
+    if tiling.row_maxnreg and (variant not in ("heads", "rows") or tiling.attn_post):
+        reasons.append(
+            "row_maxnreg caps the separate qkv-rows and post-rows kernels of variants 'heads' "
+            f"and 'rows' without attn_post; got variant={variant!r}, attn_post={tiling.attn_post}"
+        )
     if tiling.next_qkv and (variant != "rows" or tiling.attn_post):
         reasons.append(
             "next_qkv applies to variant='rows' without attn_post: its post-rows kernel "
@@ -1461,13 +1467,16 @@ def layer_stack(
     if mask_bytes is not None:
         tensors["key_mask"] = mask_bytes
     check_launch_device(_post_rows_kernel, tensors)
-    if tiling.pdl and (x.device.type != "cuda" or is_interpreted(_post_rows_kernel)):
+    offline = _triton.OFFLINE_ARCH is not None  # compiled and recorded, not run
+    if tiling.pdl and (
+        (x.device.type != "cuda" and not offline) or is_interpreted(_post_rows_kernel)
+    ):
         where = "the interpreter" if is_interpreted(_post_rows_kernel) else str(x.device)
         raise ValueError(
             "tiling.pdl (programmatic dependent launch) needs compiled kernels on a CUDA GPU; "
             f"got {where}"
         )
-    if tiling.pdl and (why := pdl_reasons("cuda", torch.cuda.get_device_capability(x.device))):
+    if tiling.pdl and (why := pdl_reasons("cuda", _triton.launch_capability(x.device))):
         raise ValueError("; ".join(why))
     if x.numel() == 0:
         return out

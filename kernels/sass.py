@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import os
 import re
 import subprocess
@@ -33,7 +34,7 @@ SASS_CLASSES: dict[str, tuple[str, ...]] = {
     for cls, ops in {
         "mma": "HMMA HGMMA IMMA IGMMA BMMA DMMA QGMMA UTCHMMA UTCQMMA",
         "fp32": "FADD FMUL FFMA FSEL FSETP FMNMX FCHK FSWZADD FADD32I FMUL32I FFMA32I FSET",
-        "fp16": "HADD2 HMUL2 HFMA2 HSETP2 HMNMX2 HADD2_F32 HFMA2_MMA",
+        "fp16": "HADD2 HMUL2 HFMA2 HSETP2 HMNMX2",
         "convert": "F2F F2FP F2I I2F I2FP FRND I2IP",
         "sfu": "MUFU",
         "shuffle": "SHFL REDUX VOTE MATCH",
@@ -193,9 +194,25 @@ def offline_launches(
                     + ", ".join(sorted(vars(options)))
                 )
             options = dataclasses.replace(options, **overrides)
-        compiled = triton.compile(
-            ASTSource(self, signature, constexprs, attrs), target=target, options=options.__dict__
-        )
+        noise = io.StringIO()  # Triton prints the whole PTX when ptxas fails
+        try:
+            with contextlib.redirect_stderr(noise), contextlib.redirect_stdout(noise):
+                compiled = triton.compile(
+                    ASTSource(self, signature, constexprs, attrs),
+                    target=target,
+                    options=options.__dict__,
+                )
+        except Exception as exc:  # ptxas refusing a register cap, say: one line, the options
+            if not overrides:
+                raise
+            lines = str(exc).splitlines()
+            why = next(
+                (ln for key in ("fatal", "rror") for ln in lines if key in ln),
+                lines[0] if lines else type(exc).__name__,
+            )
+            raise ValueError(
+                f"{self.fn.__name__} does not compile with {overrides}: {why.strip()[:300]}"
+            ) from exc
         grid = grid(bound) if callable(grid) else grid
         grid = tuple(int(g) for g in grid)
         entry = found.get(compiled.hash)

@@ -3,7 +3,7 @@
 # ncu_c2_*.txt) found case 2's fused-layer kernels bound by instruction latency, not by
 # memory: the heads kernel runs 16 programs of 4 warps (one warp a scheduler) issuing one
 # instruction every 4.3 cycles, 4,545 instructions a warp, 255 registers; the post rows
-# kernel 8 programs, one every 5.9 cycles, 2,365 a warp, 148 registers. 124 of 132 SMs idle.
+# kernel 8 programs, one every 5.9 cycles, 2,365 a warp, 148 registers. 116-124 of 132 SMs idle.
 # So more warps a program should help directly: each warp's share of the element-wise work
 # (LayerNorms, GELU, softmax, casts) halves and each scheduler gets a second warp to issue
 # from. The studies have barely tried it (case 2's studies: 27 trials over four spaces).

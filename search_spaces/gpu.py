@@ -141,8 +141,9 @@ SPACE = {
         },
         # A cap on the row kernels' registers a thread (ptxas maxnreg): with 8 row warps and
         # 64-row tiles, case 6's post rows go from 151 registers (1 block, 8 warps an SM) to
-        # 126 without a spill (2 blocks, 16 warps an SM; `autotune kernels inspect`, session
-        # 21); a cap on 4 warps spills (168: 608 bytes a thread), so 128 only.
+        # 126 (the last layer's 128 with 16 bytes spilled): 2 blocks, 16 warps an SM
+        # (`autotune kernels inspect`, session 21). With 4 warps a cap spills (128: 904
+        # bytes a thread), so it is searched with 8 row warps only (restrictions below).
         {"name": "row_maxnreg", "values": [0, 128], "when": {"fused_layer": _LAYERS}},
         # The flash attention of `rows` skips the mask inside each sequence's all-valid
         # key prefix and every block past its last valid key (one launch per forward).
@@ -202,11 +203,13 @@ SPACE = {
         # The chain follows the post rows kernel, which row_attn_post folds into attention.
         {"forbid": {"row_attn_post": [True], "row_next_qkv": [True]}},
         {"forbid": {"row_attn_post": [True], "pdl": [True]}},
+        {"forbid": {"row_attn_post": [True], "row_maxnreg": [128]}},
+        {"forbid": {"row_maxnreg": [128], "row_warps": [2, 4]}},
     ],
     "enqueue": [
         {},
         # Session 21 (docs/logs/s21/s21_warps.log, one compare a case): 8 warps in the row
-        # kernels 2-4% faster than the entries on cases 2, 3 and 12; the chained rows form
+        # kernels 3.4-4.3% faster than the entries on cases 2, 3 and 12; the chained rows form
         # with 16-row tiles and 8 row warps 7% faster on case 4. First for the heads cases.
         _layer("heads", 32, 128, 4, 1, 16, 8),
         _layer("heads", 32, 32, 4, 2, 16, 8),
@@ -216,7 +219,7 @@ SPACE = {
         dict(_ROWS_STAGED, row_warps=8, row_maxnreg=128),
         dict(_ROWS_BOUNDED, row_next_qkv=True, row_warps=8, row_maxnreg=128),
         # v40's two rows plans with the next layer's QKV chained into the post rows (session
-        # 19, docs/kernels_h200.md: case 13 843.6 us against 873.0, case 6 neutral): first,
+        # 19, docs/kernels_h200.md: case 13 843.6 us against 873.0, case 6 neutral): early,
         # so that a short study of a rows case reaches them.
         dict(_ROWS_BOUNDED, row_next_qkv=True),
         dict(_ROWS_STAGED, row_next_qkv=True),

@@ -313,10 +313,13 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
         assert any(words in r for r in reasons), (other, reasons)
     # row_maxnreg: the row kernels of heads and rows only.
     assert not_supported_reasons(layer.replace(row_maxnreg=128), cfg, hopper) == []
-    for fused in ("none", "seq"):
-        capped = layer.replace(row_maxnreg=128, fused_layer=fused)
-        assert any("row_maxnreg=128 caps the registers of the row kernels" in r
-                   for r in not_supported_reasons(capped, cfg, hopper))  # fmt: skip
+    capped = layer.replace(row_maxnreg=128, fused_layer="none")
+    assert any("row_maxnreg=128 caps the registers of the row kernels" in r
+               for r in not_supported_reasons(capped, cfg, hopper))  # fmt: skip
+    for other in ({"fused_layer": "seq"}, {"fused_layer": "rows", "row_attn_post": True}):
+        capped = layer.replace(row_maxnreg=128, **other)
+        assert any("without row_attn_post; got" in r
+                   for r in not_supported_reasons(capped, cfg, hopper)), other  # fmt: skip
     # pdl_trigger=end: the trigger after each kernel's last store; it needs pdl.
     assert not_supported_reasons(layer.replace(pdl=True, pdl_trigger="end"), cfg, hopper) == []
     for fused in ("heads", "rows", "seq", "none"):

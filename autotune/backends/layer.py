@@ -147,10 +147,11 @@ class _FusedLayer(FusedLayerFamily):
                 "row_stage=True applies to the post-attention rows kernel of fused_layer=heads "
                 "or rows; fused_layer=seq runs the whole layer in one kernel"
             )
-        if plan.row_maxnreg and self.value == "seq":
+        if plan.row_maxnreg and (self.value == "seq" or plan.row_attn_post):
             reasons.append(
-                f"row_maxnreg={plan.row_maxnreg} caps the registers of the row kernels of "
-                "fused_layer=heads or rows; fused_layer=seq runs the whole layer in one kernel"
+                f"row_maxnreg={plan.row_maxnreg} caps the registers of the separate QKV rows "
+                "and post rows kernels of fused_layer=heads or rows without row_attn_post; got "
+                f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
             )
         for knob in ("compile", "batch_chunk", "host_io", "query_chunk"):
             if getattr(plan, knob) not in ("none", 0, False):

@@ -40,14 +40,25 @@ def profile_device(profile: GpuProfile) -> DeviceInfo:
 
 
 def parse_compile_options(items: Sequence[str]) -> dict[str, int]:
-    """``KEY=INT`` items (``maxnreg=168``, ``num_stages=2``) as a dict."""
+    """``KEY=INT`` items (``maxnreg=168``, ``num_stages=2``) as a dict; the options with
+    known ranges are checked here (others by Triton when a kernel compiles)."""
+    from kernels._common import MAX_MAXNREG, MIN_MAXNREG
+    from kernels._triton import SUPPORTED_NUM_WARPS
+
+    checks = {
+        "maxnreg": (lambda v: MIN_MAXNREG <= v <= MAX_MAXNREG, f"{MIN_MAXNREG}..{MAX_MAXNREG}"),
+        "num_stages": (lambda v: 1 <= v <= 8, "1..8"),
+        "num_warps": (lambda v: v in SUPPORTED_NUM_WARPS, str(SUPPORTED_NUM_WARPS)),
+    }
     options = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key or not value.lstrip("-").isdigit():
+        if not sep or not key or not value.isdigit():
             raise ValueError(
                 f"--compile-option {item!r}: write KEY=INT, e.g. maxnreg=168 or num_stages=2"
             )
+        if key in checks and not checks[key][0](int(value)):
+            raise ValueError(f"--compile-option {item!r}: {key} takes {checks[key][1]}")
         options[key] = int(value)
     return options
 

@@ -479,3 +479,7 @@ def test_row_maxnreg_caps_only_and_keeps_the_arithmetic(device: str) -> None:
     for bad in (8, 256):
         with pytest.raises(ValueError, match=r"tiling\.row_maxnreg must be 0 .* or in 24\.\.255"):
             Tiling(**common, row_maxnreg=bad)
+    for other, tiles in (("seq", {}), ("rows", {"attn_post": True})):
+        with pytest.raises(ValueError, match="row_maxnreg caps the separate qkv-rows"):
+            run_stack(**dict(kwargs, variant=other), device=device,
+                      tiling=Tiling(**common, row_maxnreg=128, **tiles))  # fmt: skip

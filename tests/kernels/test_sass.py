@@ -63,8 +63,24 @@ def test_blocks_per_sm_matches_nsight_compute_on_the_h200() -> None:
     assert (heads["registers"], heads["shared"], heads["blocks"]) == (2, 4, 2)
     assert blocks_per_sm(90, 4, 148, 71680)["blocks"] == 3
     assert blocks_per_sm(90, 8, 64, 0)["blocks"] == 4  # 64 x 32 x 8 registers a block
-    assert blocks_per_sm(90, 8, 32, 0)["blocks"] == 8  # by warps: 64 an SM
+    by_warps = blocks_per_sm(90, 8, 16, 0)  # registers allow 16 blocks, warps 64 / 8
+    assert (by_warps["registers"], by_warps["blocks"]) == (16, 8)
     assert blocks_per_sm(90, 4, 33, 0)["registers"] == 12  # 33 x 32 -> 1,280 a warp
+    # 1 KiB reserved a block: 233,472 / 77,824 would be 3
+    assert blocks_per_sm(90, 4, 32, 77824)["shared"] == 2
+
+
+def test_offline_launches_restores_triton_even_when_the_block_raises() -> None:
+    from triton.runtime.jit import JITFunction
+
+    from kernels import _triton
+    from kernels.sass import offline_launches
+
+    run = JITFunction.run
+    with pytest.raises(RuntimeError, match="inside"), offline_launches(90):
+        assert _triton.OFFLINE_ARCH == 90 and JITFunction.run is not run
+        raise RuntimeError("inside")
+    assert JITFunction.run is run and _triton.OFFLINE_ARCH is None
 
 
 def _inspect(*args: str, interpret: str = "0") -> subprocess.CompletedProcess[str]:
@@ -137,12 +153,43 @@ def test_the_plans_row_maxnreg_reaches_the_row_kernels_only(tmp_path: Path) -> N
     assert heads[0] > 128  # the attention kernel is not capped
 
 
+def test_row_maxnreg_caps_the_qkv_rows_kernel_too(tmp_path: Path) -> None:
+    """Case 6's rows plan (4 row warps), compiled for case 1's smaller batch (the same
+    kernels): uncapped its qkv rows and post rows hold over 128 registers."""
+    _needs_compiler()
+    rows = {
+        "attention": "triton",
+        "fused_layer": "rows",
+        "attn_precision": "fp16",
+        "gemm_precision": "fp16",
+        "row_block": 64,
+        "row_ffn_block": 32,
+        "row_stage": True,
+        "cuda_graph": True,
+    }
+    regs = {}
+    for cap in (0, 128):
+        out = tmp_path / f"rows{cap}.json"
+        done = _inspect(
+            "--cases", "1", "--plan", json.dumps(dict(rows, row_maxnreg=cap)), "--json", str(out)
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        (record,) = json.loads(out.read_text())
+        for k in record["kernels"]:
+            regs.setdefault((k["name"], cap), []).append(k["registers"])
+    for name in ("_qkv_rows_kernel", "_post_rows_kernel"):
+        assert min(regs[name, 0]) > 128 and max(regs[name, 128]) <= 128, (name, regs)
+    assert regs["_attention_fwd_kernel", 0] == regs["_attention_fwd_kernel", 128]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
         (["--plan", '{"attention": "triton"}'], "set fused_layer to heads, rows or seq"),
         (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg"], "write KEY=INT"),
         (["--plan", json.dumps(HEADS), "--compile-option", "regs=1"], "unknown to this Triton"),
+        (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg=300"], "takes 24..255"),
+        (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg=32"], "does not compile"),
         (["--plan", json.dumps(dict(HEADS, attn_block_m=128))], "use attn_block_m <= 64"),
         (["--gpu", "cpu", "--plan", json.dumps(HEADS)], "--gpu cpu is not a CUDA profile"),
         ([], "give at least one --plan or --table"),
