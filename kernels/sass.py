@@ -178,10 +178,14 @@ def offline_launches(
     backend = make_backend(target)
     found: dict[str, KernelStats] = {}
     stats: list[KernelStats] = []
+    binders: dict[int, Any] = {}  # per kernel function, built at its first launch
 
     def record(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         kwargs["debug"] = kwargs.get("debug", self.debug)
-        binder = jit.create_function_from_signature(self.signature, self.params, backend)
+        binder = binders.get(id(self))
+        if binder is None:
+            binder = jit.create_function_from_signature(self.signature, self.params, backend)
+            binders[id(self)] = binder
         bound, specialization, options = binder(*args, **kwargs)
         options, signature, constexprs, attrs = self._pack_args(
             backend, kwargs, bound, specialization, options
