@@ -157,14 +157,27 @@ def _cubin_facts(cubin: bytes) -> tuple[int, int, dict[str, int]]:
     return int(regs.group(1)), int(stack.group(1)) if stack else 0, classify(sass_opcodes(sass))
 
 
+def kernel_overrides(overrides: dict[str, int] | None, kernel: str) -> dict[str, int]:
+    """The compile options ``overrides`` set for the kernel named ``kernel``: the plain keys,
+    then its own ``KERNEL:KEY`` keys over them."""
+    mine = {k: v for k, v in (overrides or {}).items() if ":" not in k}
+    for key, value in (overrides or {}).items():
+        name, _, option = key.rpartition(":")
+        if name == kernel:
+            mine[option] = value
+    return mine
+
+
 @contextlib.contextmanager
 def offline_launches(
     arch: int = 90, overrides: dict[str, int] | None = None
 ) -> Iterator[list[KernelStats]]:
     """Within the block, Triton launches compile for ``sm_<arch>`` and are recorded (one
     ``KernelStats`` per distinct compiled kernel, in first-launch order) instead of run.
-    ``overrides`` replace compile options of every kernel (``num_stages``, ``maxnreg``,
-    ...: what a launcher change would pass), to see their cost before making the change.
+    ``overrides`` replace compile options (``num_stages``, ``maxnreg``, ...: what a
+    launcher change would pass), to see their cost before making the change: a plain key
+    of every kernel, a ``KERNEL:KEY`` key (``_attention_fwd_kernel:maxnreg``) of the kernel
+    of that name alone, which wins over the plain key.
 
     Needs the kernels decorated for compilation: ``TRITON_INTERPRET`` unset or 0 when
     ``kernels`` was imported (the interpreter runs kernels in Python and compiles nothing).
@@ -190,14 +203,17 @@ def offline_launches(
         options, signature, constexprs, attrs = self._pack_args(
             backend, kwargs, bound, specialization, options
         )
+        mine = kernel_overrides(overrides, self.fn.__name__)
         if overrides:
-            unknown = sorted(set(overrides) - set(vars(options)))
+            keys = {k.rpartition(":")[2] for k in overrides}
+            unknown = sorted(keys - set(vars(options)))
             if unknown:
                 raise ValueError(
                     f"compile option(s) {unknown} unknown to this Triton; valid: "
                     + ", ".join(sorted(vars(options)))
                 )
-            options = dataclasses.replace(options, **overrides)
+        if mine:
+            options = dataclasses.replace(options, **mine)
         noise = io.StringIO()  # Triton prints the whole PTX when ptxas fails
         try:
             with contextlib.redirect_stderr(noise), contextlib.redirect_stdout(noise):
@@ -207,7 +223,7 @@ def offline_launches(
                     options=options.__dict__,
                 )
         except Exception as exc:  # ptxas refusing a register cap, say: one line, the options
-            if not overrides:
+            if not mine:
                 raise
             lines = str(exc).splitlines()
             why = next(
@@ -215,7 +231,7 @@ def offline_launches(
                 lines[0] if lines else type(exc).__name__,
             )
             raise ValueError(
-                f"{self.fn.__name__} does not compile with {overrides}: {why.strip()[:300]}"
+                f"{self.fn.__name__} does not compile with {mine}: {why.strip()[:300]}"
             ) from exc
         grid = grid(bound) if callable(grid) else grid
         grid = tuple(int(g) for g in grid)

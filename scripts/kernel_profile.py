@@ -3,6 +3,12 @@ name, microseconds and launches per forward, and the total beside the case's flo
 
     python3 scripts/kernel_profile.py --case 13 PLAN_JSON [PLAN_JSON ...]
     python3 scripts/kernel_profile.py --case 14 --batch 4 --warmup 1 --forwards 1 @PLAN.json
+    python3 scripts/kernel_profile.py --case 6 --compile-option _attention_fwd_kernel:maxnreg=80 P
+
+``--compile-option [KERNEL:]KEY=INT`` launches the kernels (or the one named) with that
+compile option (what a launcher change would pass: ``maxnreg``, ``num_stages``), to time a
+change before making it (``autotune kernels inspect`` takes the same to count its
+registers offline).
 
 ``--batch`` profiles the first sequences of the batch (a plan without a CUDA graph; the
 floor is scaled to them): case 14's whole batch is 1.4 s a forward.
@@ -11,7 +17,9 @@ floor is scaled to them): case 14's whole batch is 1.4 s a forward.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections import defaultdict
+from collections.abc import Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -24,14 +32,40 @@ from autotune.plan import parse_plan
 from autotune.tools.floors import CEILINGS, floor_of
 
 
+@contextlib.contextmanager
+def launch_options(overrides: dict[str, int]) -> Iterator[None]:
+    """Within the block every Triton launch passes ``overrides``' options for its kernel
+    (``kernels.sass.kernel_overrides``: plain keys for all, ``KERNEL:KEY`` for one)."""
+    from triton.runtime import jit
+
+    from kernels.sass import kernel_overrides
+
+    saved = jit.JITFunction.run
+
+    def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        kwargs.update(kernel_overrides(overrides, self.fn.__name__))
+        return saved(self, *args, **kwargs)
+
+    jit.JITFunction.run = run  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        jit.JITFunction.run = saved  # type: ignore[method-assign]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", required=True)
     parser.add_argument("--forwards", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch", type=int, default=0, help="first sequences only (0: all)")
+    parser.add_argument("--compile-option", action="append", default=[],
+                        metavar="[KERNEL:]KEY=INT")  # fmt: skip
     parser.add_argument("plans", nargs="+")
     args = parser.parse_args()
+    from autotune.tools.kernel_inspect import parse_compile_options
+
+    overrides = parse_compile_options(args.compile_option)
     case = get_case(args.case)
     device = detect_device("auto")
     floor = floor_of(case, CEILINGS["h200"])
@@ -44,7 +78,7 @@ def main() -> None:
     for text in args.plans:
         plan = parse_plan(text)
         model = build_candidate(plan, case.config, device, reference.state_dict())
-        with official_settings(), torch.inference_mode():
+        with official_settings(), torch.inference_mode(), launch_options(overrides):
             for _ in range(args.warmup):
                 model(x, mask)
             torch.cuda.synchronize()
@@ -62,7 +96,8 @@ def main() -> None:
         launches = sum(counts.values()) / args.forwards
         floor_us = floor.floor_us * share
         batch = f" (first {x.shape[0]} sequences)" if args.batch else ""
-        print(f"== case {args.case}{batch}: {plan.describe()}")
+        options = "".join(f" [{k}={v}]" for k, v in overrides.items())
+        print(f"== case {args.case}{batch}: {plan.describe()}{options}")
         print(
             f"   device {total:.1f} us/forward in {launches:.0f} kernels; floor "
             f"{floor_us:.1f} us ({total / floor_us:.1f}x)"

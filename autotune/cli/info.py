@@ -210,8 +210,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     k.add_argument(
         "--compile-option",
         action="append",
-        metavar="KEY=INT",
-        help="replace a compile option of every kernel (maxnreg=168, num_stages=2; repeatable)",
+        metavar="[KERNEL:]KEY=INT",
+        help="replace a compile option of every kernel (maxnreg=168, num_stages=2) or of one "
+        "(_attention_fwd_kernel:maxnreg=64); repeatable",
     )
     k.add_argument("--json", help="write the kernels' facts as JSON here")
     k.set_defaults(func=cmd_kernels_inspect)

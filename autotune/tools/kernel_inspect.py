@@ -40,8 +40,10 @@ def profile_device(profile: GpuProfile) -> DeviceInfo:
 
 
 def parse_compile_options(items: Sequence[str]) -> dict[str, int]:
-    """``KEY=INT`` items (``maxnreg=168``, ``num_stages=2``) as a dict; the options with
-    known ranges are checked here (others by Triton when a kernel compiles)."""
+    """``[KERNEL:]KEY=INT`` items (``maxnreg=168``, ``_attention_fwd_kernel:maxnreg=64``) as
+    a dict (a scoped key keeps its ``KERNEL:`` prefix: ``kernels.sass.offline_launches``
+    applies it to that kernel alone); the options with known ranges are checked here
+    (others by Triton when a kernel compiles)."""
     from kernels._common import MAX_MAXNREG, MIN_MAXNREG
     from kernels._triton import SUPPORTED_NUM_WARPS
 
@@ -52,14 +54,16 @@ def parse_compile_options(items: Sequence[str]) -> dict[str, int]:
     }
     options = {}
     for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value.isdigit():
+        scoped, sep, value = item.partition("=")
+        kernel, colon, key = scoped.rpartition(":")
+        if not sep or not key or not value.isdigit() or (colon and not kernel):
             raise ValueError(
-                f"--compile-option {item!r}: write KEY=INT, e.g. maxnreg=168 or num_stages=2"
+                f"--compile-option {item!r}: write [KERNEL:]KEY=INT, e.g. maxnreg=168 or "
+                "_attention_fwd_kernel:num_stages=2"
             )
         if key in checks and not checks[key][0](int(value)):
             raise ValueError(f"--compile-option {item!r}: {key} takes {checks[key][1]}")
-        options[key] = int(value)
+        options[scoped] = int(value)
     return options
 
 
