@@ -317,16 +317,44 @@ class CandidateTransformer(ReferenceTransformer):
         return out
 
     def _chunked(
-        self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        kind: str,
+        weights: list[_LayerWeights],
+        out: Tensor | None = None,
     ) -> Tensor:
+        """The forward in the plan's batch chunks; into ``out`` when given (a captured
+        graph's ring buffer: the fused layers write there themselves, no copy after)."""
         chunk = self.plan.batch_chunk
         if chunk <= 0 or chunk >= x.shape[0]:
-            return self._core(x, mask if kind != MASK_NONE else None, kind, weights)
-        out = torch.empty_like(x)
+            return self._into(out, x, mask if kind != MASK_NONE else None, kind, weights)
+        if out is None:
+            out = torch.empty_like(x)
         for start in range(0, x.shape[0], chunk):
             sl = slice(start, start + chunk)
             m = mask[sl] if (mask is not None and kind != MASK_NONE) else None
-            out[sl] = self._core(x[sl], m, kind, weights)
+            self._into(out[sl], x[sl], m, kind, weights)
+        return out
+
+    def _into(
+        self,
+        out: Tensor | None,
+        x: Tensor,
+        mask: Tensor | None,
+        kind: str,
+        weights: list[_LayerWeights],
+    ) -> Tensor:
+        """The forward of ``x``, in ``out`` when given: written there by a fused layer
+        family, copied there otherwise (the compiled forward takes no output buffer)."""
+        if out is None:
+            return self._core(x, mask, kind, weights)
+        if self._core == self._forward_core:  # not compiled (a bound method: ==, not is)
+            y = self._forward_core(x, mask, kind, weights, out)
+        else:
+            y = self._core(x, mask, kind, weights)
+        if y.data_ptr() != out.data_ptr():
+            out.copy_(y)
         return out
 
     def _graph_forward(
@@ -340,18 +368,29 @@ class CandidateTransformer(ReferenceTransformer):
         else:
             if len(graphs) >= self.MAX_GRAPH_SHAPES:  # many shapes: the least recent goes
                 del graphs[next(iter(graphs))]
-            graph = _CapturedForward(lambda xx, mm: self._chunked(xx, mm, kind, weights), x, mask)
+            graph = _CapturedForward(
+                lambda xx, mm, out=None: self._chunked(xx, mm, kind, weights, out), x, mask
+            )
             self._graphs[key] = graph
         _set(self, "last_route", f"graph mask={kind}")
         return graph.replay(x, mask)
 
     def _forward_core(
-        self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        kind: str,
+        weights: list[_LayerWeights],
+        out: Tensor | None = None,
     ) -> Tensor:
+        """The forward; a fused layer family writes it into ``out`` when given (the caller
+        copies whatever else comes back)."""
         if self._layer_backend.fused:
             if self._block is None:
                 self._block = self._layer_backend.prepare(self)
-            return self._layer_backend.forward(self._block, x, mask, self.plan, self.config)
+            return self._layer_backend.forward(
+                self._block, x, mask, self.plan, self.config, out=out
+            )
         return self._unfused_forward(x, mask, kind, weights)
 
     def _unfused_forward(
@@ -438,18 +477,22 @@ class _CapturedForward:
       to ``RING_BYTES`` are written by the graph into one of two buffers this object
       owns; a buffer is reused only once no tensor outside this object shares its
       storage (the caller dropped the output and every view of it), which its storage's
-      use count says exactly. When both are still held, and for larger outputs, the
-      graph's result is cloned for the caller (one device copy).
+      use count says exactly. ``fn(x, mask, out)`` writes the forward into ``out`` (the
+      fused layers' last kernel stores there; other forwards copy their result in,
+      inside the graph). When both are still held, and for larger outputs, the graph's
+      result is cloned for the caller (one device copy).
     Every graph of one object shares one memory pool: their replays are serialised on
     the stream, and what must outlive a replay (inputs, owned outputs) is outside it.
     """
 
     RING_BYTES = 64 << 20
     SLOTS = 2
+    # False: the forward is captured into the graph's own output and copied into the ring
+    # buffer inside the graph (before session 22), kept to time the two side by side
+    # (scripts/ring_ab.py); read at capture.
+    DIRECT_OUTPUT = True
 
-    def __init__(
-        self, fn: Callable[[Tensor, Tensor | None], Tensor], x: Tensor, mask: Tensor | None
-    ) -> None:
+    def __init__(self, fn: Callable[..., Tensor], x: Tensor, mask: Tensor | None) -> None:
         self.fn = fn
         self.static_x = x.clone()
         self.static_mask = mask.clone() if mask is not None else None
@@ -479,12 +522,16 @@ class _CapturedForward:
             return found
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool):
-            out = self.fn(x, mask)
             if slot >= 0:
                 buf = self.slots[slot]
                 assert buf is not None
-                buf.copy_(out)
-                out = buf
+                if self.DIRECT_OUTPUT:
+                    out = self.fn(x, mask, buf)  # the forward into the ring buffer itself
+                else:
+                    buf.copy_(self.fn(x, mask))
+                    out = buf
+            else:
+                out = self.fn(x, mask)
         # A ring buffer is referenced from ``slots`` alone (its reference count says
         # whether the caller still holds it).
         self.graphs[(source, slot)] = (graph, out if slot < 0 else self.static_out)

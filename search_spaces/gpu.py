@@ -139,12 +139,10 @@ SPACE = {
             "values": [0, 32, 16],
             "when": {"fused_layer": [*_LAYERS, "seq"]},
         },
-        # A cap on the row kernels' registers a thread (ptxas maxnreg): with 8 row warps and
-        # 64-row tiles, case 6's post rows go from 151 registers (1 block, 8 warps an SM) to
-        # 126 (the last layer's 128 with 16 bytes spilled): 2 blocks, 16 warps an SM
-        # (`autotune kernels inspect`, session 21). With 4 warps a cap spills (128: 904
-        # bytes a thread), so it is searched with 8 row warps only (restrictions below).
-        {"name": "row_maxnreg", "values": [0, 128], "when": {"fused_layer": _LAYERS}},
+        # Not searched: row_maxnreg (a cap on the row kernels' registers). Measured in
+        # session 22 (docs/logs/s22/s22_maxnreg.log, s22_cap4.log): with 8 row warps capped
+        # at 128 (16 warps an SM) 0.91x the entry on case 6, 0.95x on 13 and 1; with 4 warps
+        # capped at 168 / 128 (spilled) 0.86x / 0.59x on case 6.
         # The flash attention of `rows` skips the mask inside each sequence's all-valid
         # key prefix and every block past its last valid key (one launch per forward).
         {"name": "mask_bounds", "values": [False, True], "when": {"fused_layer": ["rows"]}},
@@ -203,8 +201,6 @@ SPACE = {
         # The chain follows the post rows kernel, which row_attn_post folds into attention.
         {"forbid": {"row_attn_post": [True], "row_next_qkv": [True]}},
         {"forbid": {"row_attn_post": [True], "pdl": [True]}},
-        {"forbid": {"row_attn_post": [True], "row_maxnreg": [128]}},
-        {"forbid": {"row_maxnreg": [128], "row_warps": [2, 4]}},
     ],
     "enqueue": [
         {},
@@ -214,10 +210,10 @@ SPACE = {
         _layer("heads", 32, 128, 4, 1, 16, 8),
         _layer("heads", 32, 32, 4, 2, 16, 8),
         dict(_layer("rows", 32, 64, 4, 2, 16, 8), row_next_qkv=True),
-        # Session 21 (offline, not yet measured): case 6's and case 13's rows plans with 8
-        # row warps capped at 128 registers, twice the resident warps of the 4-warp plans.
-        dict(_ROWS_STAGED, row_warps=8, row_maxnreg=128),
-        dict(_ROWS_BOUNDED, row_next_qkv=True, row_warps=8, row_maxnreg=128),
+        # Session 22 (docs/logs/s22/s22_probe.log): case 6's plan without the CUDA graph,
+        # 10.04 ms against 10.33 with it (its 655 MB output is over the graph's ring, so a
+        # graphed call clones it); 12 launches of host time hide under its GPU time.
+        dict(_ROWS_STAGED, cuda_graph=False),
         # v40's two rows plans with the next layer's QKV chained into the post rows (session
         # 19, docs/kernels_h200.md: case 13 843.6 us against 873.0, case 6 neutral): early,
         # so that a short study of a rows case reaches them.

@@ -539,3 +539,48 @@ def test_the_first_layernorm_goes_through_the_norm_backend(cpu_device, monkeypat
     # first norm, then two per layer; only the first has no residual to add
     assert calls[0] == (True, torch.float16)
     assert len(calls) == 1 + 2 * cfg.num_layers and not any(none for none, _ in calls[1:])
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        DEVICE_MASK_PLANS["fused-layer-rows"],
+        DEVICE_MASK_PLANS["fused-block"],
+        DEVICE_MASK_PLANS["fused-block"].replace(batch_chunk=1),
+        Plan(attention="sdpa_math", qkv="packed"),
+    ],
+    ids=["rows", "block", "block-chunked", "per-layer"],
+)
+def test_the_forward_lands_in_a_given_output_buffer(plan: Plan, cpu_device, monkeypatch) -> None:
+    """What a captured graph's ring buffer gets (``_chunked(..., out)``): the forward in
+    that buffer, the same bits as without it; the fused families are handed the buffer
+    (their kernels store there: no copy after), the per-layer path copies its result in."""
+    cfg = TransformerConfig(2, 19, 32, 2, 48, 2, True)
+    torch.manual_seed(4)
+    ref = ReferenceTransformer(cfg).eval()
+    cand = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 19, 32)
+    mask = torch.ones(2, 19, dtype=torch.bool)
+    mask[1, 15:] = False
+    x = x.masked_fill(~mask[..., None], 0.0)
+    weights = cand.prepared_weights()
+    backend = cand._layer_backend
+    handed: list[int] = []
+    forward = type(backend).forward
+
+    def spy(self, prepared, x, mask, plan, config, out=None):  # type: ignore[no-untyped-def]
+        y = forward(self, prepared, x, mask, plan, config, out=out)
+        handed.append(-1 if out is None else int(y.data_ptr() == out.data_ptr()))
+        return y
+
+    monkeypatch.setattr(type(backend), "forward", spy)
+    with torch.inference_mode():
+        want = cand._chunked(x, mask, MASK_GENERAL, weights)
+        handed.clear()
+        buf = torch.full_like(x, float("nan"))
+        got = cand._chunked(x, mask, MASK_GENERAL, weights, buf)
+    assert got is buf
+    assert torch.equal(buf, want)
+    chunks = 2 if plan.batch_chunk else 1
+    # each chunk's forward stored into the buffer's own rows
+    assert handed == ([1] * chunks if backend.fused else []), handed

@@ -160,8 +160,16 @@ class BlockBackend(Backend):
         return None
 
     def forward(
-        self, prepared: Any, x: Tensor, mask: Tensor | None, plan: Any, config: Any
+        self,
+        prepared: Any,
+        x: Tensor,
+        mask: Tensor | None,
+        plan: Any,
+        config: Any,
+        out: Tensor | None = None,
     ) -> Tensor:
+        """The whole forward; written into ``out`` where the family can (a contiguous
+        fp32 buffer of ``x``'s shape sharing no storage with it), else returned."""
         raise NotImplementedError
 
 

@@ -58,7 +58,13 @@ class FusedBlock(BlockBackend):
         return weights_from_model(model)
 
     def forward(
-        self, prepared: Any, x: Tensor, mask: Tensor | None, plan: Any, config: Any
+        self,
+        prepared: Any,
+        x: Tensor,
+        mask: Tensor | None,
+        plan: Any,
+        config: Any,
+        out: Tensor | None = None,
     ) -> Tensor:
         from kernels.block import fused_forward
 
@@ -74,4 +80,5 @@ class FusedBlock(BlockBackend):
             block_m=plan.attn_block_m,
             num_warps=plan.attn_warps,
             num_stages=plan.attn_stages,
+            out=out,
         )

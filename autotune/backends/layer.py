@@ -190,7 +190,13 @@ class _FusedLayer(FusedLayerFamily):
         return [prepare_layer_weights(w, precision) for w in layers], final
 
     def forward(
-        self, prepared: Any, x: Tensor, mask: Tensor | None, plan: Any, config: Any
+        self,
+        prepared: Any,
+        x: Tensor,
+        mask: Tensor | None,
+        plan: Any,
+        config: Any,
+        out: Tensor | None = None,
     ) -> Tensor:
         from kernels.layer import layer_stack
 
@@ -206,6 +212,7 @@ class _FusedLayer(FusedLayerFamily):
             tiling=tiling(plan),
             gemm_precision=triton_precision(plan.gemm_precision),
             attn_precision=triton_precision(plan.attn_precision),
+            out=out,
         )
 
 

@@ -3,6 +3,7 @@
 
 - A captured forward bound to the caller's input addresses reads their current contents.
 - Outputs the caller holds are never overwritten by later calls.
+- A fused layer's graph stores its output into the ring buffer itself (no copy).
 - Every entry of every table made for this device runs its steady-state calls with no
   host synchronisation (``torch.cuda.set_sync_debug_mode("error")``), on the same input
   again (the bound graph) and on a fresh one (copied in).
@@ -94,6 +95,37 @@ def test_a_loop_that_drops_its_outputs_reuses_one_buffer():
             cand(x, mask)
         (captured,) = cand._graphs.values()
         assert captured.slots[0] is not None and captured.slots[1] is None
+
+
+def test_a_fused_layer_graph_stores_into_the_ring_buffer_without_a_copy():
+    """The ring buffer is handed to the fused layers inside the capture: a steady replay
+    runs the layer kernels and no device copy of the output."""
+    from torch.profiler import ProfilerActivity, profile
+
+    plan = Plan(
+        attention="triton",
+        fused_layer="rows",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        attn_block_m=16,
+        attn_block_n=16,
+        row_block=16,
+        cuda_graph=True,
+    )
+    ref, cand = _pair(plan)
+    x, mask = _inputs(5)
+    with serving():
+        for _ in range(3):
+            cand(x, mask)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            y = cand(x, mask)
+            torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    names = [e.name for e in prof.events() if e.device_type == cuda]
+    assert any("rows_kernel" in n for n in names), names
+    assert not any(n.lower().startswith("memcpy") for n in names), names
+    _assert_close(y, ref(x, mask))
 
 
 def _shipped_entries():
