@@ -11,6 +11,7 @@ and kernels of one steady replay of each (profiler).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 
 import torch
@@ -54,7 +55,7 @@ def main() -> None:
         if case.id not in plans:
             print(f"{case.id} | no entry in {args.table}")
             continue
-        plan = parse_plan(plans[case.id])
+        plan = parse_plan(json.dumps(plans[case.id]))
         if not plan.cuda_graph:
             print(f"{case.id} | {plan.describe()}: no CUDA graph, nothing to compare")
             continue
