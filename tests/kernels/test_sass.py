@@ -83,6 +83,67 @@ def test_offline_launches_restores_triton_even_when_the_block_raises() -> None:
     assert JITFunction.run is run and _triton.OFFLINE_ARCH is None
 
 
+def test_compile_options_scoped_to_one_kernel() -> None:
+    from autotune.tools.kernel_inspect import parse_compile_options
+    from kernels.sass import kernel_overrides
+
+    options = parse_compile_options(["maxnreg=128", "_attention_fwd_kernel:maxnreg=80"])
+    assert options == {"maxnreg": 128, "_attention_fwd_kernel:maxnreg": 80}
+    assert kernel_overrides(options, "_attention_fwd_kernel") == {"maxnreg": 80}
+    assert kernel_overrides(options, "_post_rows_kernel") == {"maxnreg": 128}
+    assert kernel_overrides({"_qkv_rows_kernel:num_stages": 1}, "_post_rows_kernel") == {}
+    assert kernel_overrides(None, "_post_rows_kernel") == {}
+    for bad, message in (
+        (":maxnreg=80", "write \\[KERNEL:\\]KEY=INT"),
+        ("_attention_fwd_kernel:maxnreg=300", "takes 24..255"),
+        ("_attention_fwd_kernel:maxnreg", "write \\[KERNEL:\\]KEY=INT"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            parse_compile_options([bad])
+
+
+def test_kernel_profile_launch_options_reach_the_named_kernel_only() -> None:
+    """scripts/kernel_profile.py's --compile-option: every Triton launch inside the block
+    gets its kernel's options (what the device profile times), and Triton is restored."""
+    import importlib.util
+
+    from triton.runtime.jit import JITFunction
+
+    spec = importlib.util.spec_from_file_location(
+        "kernel_profile", ROOT / "scripts/kernel_profile.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    seen: list[tuple[str, dict]] = []
+    saved = JITFunction.run
+
+    def record(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append((self.fn.__name__, {k: kwargs[k] for k in ("maxnreg",) if k in kwargs}))
+
+    def _attention_fwd_kernel(x):  # type: ignore[no-untyped-def]  # stand-ins, never run
+        pass
+
+    def _post_rows_kernel(x):  # type: ignore[no-untyped-def]
+        pass
+
+    # Compiled-kernel objects (this session imported the project's under the interpreter).
+    attn, post = JITFunction(_attention_fwd_kernel), JITFunction(_post_rows_kernel)
+    JITFunction.run = record  # type: ignore[method-assign]
+    try:
+        with module.launch_options({"_attention_fwd_kernel:maxnreg": 80}):
+            attn.run(1, grid=(1,), warmup=False)
+            post.run(1, grid=(1,), warmup=False)
+        attn.run(1, grid=(1,), warmup=False)
+    finally:
+        JITFunction.run = saved  # type: ignore[method-assign]
+    assert seen == [
+        ("_attention_fwd_kernel", {"maxnreg": 80}),
+        ("_post_rows_kernel", {}),
+        ("_attention_fwd_kernel", {}),
+    ]
+
+
 def _inspect(*args: str, interpret: str = "0") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, TRITON_INTERPRET=interpret, PYTHONPATH=str(ROOT))
     return subprocess.run(
@@ -186,7 +247,7 @@ def test_row_maxnreg_caps_the_qkv_rows_kernel_too(tmp_path: Path) -> None:
     "args, message",
     [
         (["--plan", '{"attention": "triton"}'], "set fused_layer to heads, rows or seq"),
-        (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg"], "write KEY=INT"),
+        (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg"], "write [KERNEL:]KEY=INT"),
         (["--plan", json.dumps(HEADS), "--compile-option", "regs=1"], "unknown to this Triton"),
         (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg=300"], "takes 24..255"),
         (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg=32"], "does not compile"),
@@ -205,3 +266,22 @@ def test_inspect_refuses_the_interpreter() -> None:
     done = _inspect("--cases", "2", "--plan", json.dumps(HEADS), interpret="1")
     assert done.returncode == 2
     assert "run with TRITON_INTERPRET=0" in done.stderr
+
+
+def test_inspect_compile_option_of_one_kernel(tmp_path: Path) -> None:
+    """``--compile-option _heads_attention_kernel:maxnreg=128``: that kernel capped (it
+    holds 240-255 registers uncapped), the post rows kernels compiled as without it."""
+    _needs_compiler()
+    out = tmp_path / "one.json"
+    done = _inspect(
+        "--cases", "2", "--plan", json.dumps(HEADS),
+        "--compile-option", "_heads_attention_kernel:maxnreg=128", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "_heads_attention_kernel:maxnreg=128)" in done.stdout
+    (record,) = json.loads(out.read_text())
+    regs = {}
+    for k in record["kernels"]:
+        regs.setdefault(k["name"], []).append(k["registers"])
+    assert max(regs["_heads_attention_kernel"]) <= 128
+    assert max(regs["_post_rows_kernel"]) > 128  # 148 uncapped (Triton 3.6)
