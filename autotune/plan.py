@@ -313,6 +313,17 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "ffn_gelu",
+        "erf",
+        "fused_layer heads, rows and seq: the FFN's GELU, erf (the reference's form, "
+        "libdevice erf) or poly: v * sigmoid(p(v)), p an odd quintic on v clamped to +-8, one "
+        "exp2 and a fast division, within 2.6e-5 of the erf GELU for every input (40x under "
+        "the fp16 rounding of its output; the rule decides per case)",
+        choices=("erf", "poly"),
+        needs={"poly": "fused_layer=heads, rows or seq"},
+        group="kernels",
+    ),
+    Knob(
         "row_maxnreg",
         0,
         "fused_layer heads and rows: the most registers a thread of the row kernels (QKV "
@@ -419,6 +430,7 @@ class Plan:
     row_warps: int = 4
     mask_bounds: bool = False
     row_ffn_block: int = 0
+    ffn_gelu: str = "erf"
     row_maxnreg: int = 0
     row_stage: bool = False
     row_attn_post: bool = False

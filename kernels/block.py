@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._common import MIN_BLOCK, fused_row_tile_reasons, gelu_exact, padded_dim
+from kernels._common import MIN_BLOCK, fused_row_tile_reasons, gelu_exact, gelu_poly, padded_dim
 from kernels._precision import check_precision, dot, launch_reasons, precision_reasons, to_operand
 from kernels._triton import (
     SUPPORTED_NUM_WARPS,
@@ -516,10 +516,11 @@ def _attention_half_kernel(
 def _ffn_of_rows(
     x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
-    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr, GELU_POLY: tl.constexpr,
 ):  # fmt: skip
-    """``GELU_erf(LayerNorm2(x1) @ W1^T + b1) @ W2^T`` (no ``b2``) of an fp32 row tile, the
-    FFN dim ``BLOCK_F`` columns at a time; fp32 [BLOCK_M, BLOCK_D], padded columns 0."""
+    """``GELU(LayerNorm2(x1) @ W1^T + b1) @ W2^T`` (no ``b2``) of an fp32 row tile, the FFN
+    dim ``BLOCK_F`` columns at a time; fp32 [BLOCK_M, BLOCK_D], padded columns 0. The erf
+    GELU, or with ``GELU_POLY`` ``kernels._common.gelu_poly`` (within 2.6e-5 of it)."""
     offs_f0 = tl.arange(0, BLOCK_F)
     h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)
     h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
@@ -537,7 +538,8 @@ def _ffn_of_rows(
         a = dot(
             h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
         )
-        a = gelu_exact(a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :])
+        a = a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :]
+        a = gelu_poly(a) if GELU_POLY else gelu_exact(a)
         a = to_operand(a, PRECISION, EMULATE_BF16_DOT)  # padded columns: GELU(0) = 0
         # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
         w2_t = tl.load(
@@ -588,7 +590,7 @@ def _ffn_half_kernel(
     x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0)
     f = _ffn_of_rows(
         x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
-        BLOCK_M, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+        BLOCK_M, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT, False,
     )  # fmt: skip
     y = x1 + f + tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
     if HAS_KEY_LENGTHS:

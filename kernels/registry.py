@@ -405,12 +405,14 @@ def _run_layer(
     rows with the attention and post rows in one kernel; "chain": rows whose post rows
     write the next layer's qkv; "pdl" (last): every kernel launched with programmatic
     dependent launch (compiled on sm_90+ only), "pdlend" with its trigger after each
-    kernel's last store; "nreg" (last of all): the row kernels capped at
-    ``NREG_CHECK_CAP`` registers a thread, low enough to spill (compiled only; the
-    interpreter runs the same arithmetic)."""
+    kernel's last store; "nreg": the row kernels capped at ``NREG_CHECK_CAP`` registers a
+    thread, low enough to spill (compiled only; the interpreter runs the same arithmetic);
+    "gelu" (last of all): the FFN's GELU as ``kernels._common.gelu_poly``."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    gelu_poly = padding.endswith("gelu")
+    padding = padding.removesuffix("gelu").removesuffix("-")
     row_maxnreg = NREG_CHECK_CAP if padding.endswith("nreg") else 0
     padding = padding.removesuffix("nreg").removesuffix("-")
     pdl_trigger = "end" if padding.endswith("pdlend") else "start"
@@ -467,6 +469,7 @@ def _run_layer(
                 pdl=pdl,
                 pdl_trigger=pdl_trigger,
                 row_maxnreg=row_maxnreg,
+                gelu_poly=gelu_poly,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -612,6 +615,10 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("rows", "fp16", "chain", False),
         ("rows", "fp16", "masked-bounds-chain-nreg", True),
         ("heads", "fp16", "padded-staged-nreg", True),
+        ("rows", "fp16", "masked-bounds-chain-gelu", True),
+        ("heads", "fp16", "padded-staged-gelu", True),
+        ("seq", "fp16", "padded-gelu", True),
+        ("rows", "fp16", "masked-staged-f16-post-gelu", True),
     )
     if _compiled_on_hopper():  # programmatic dependent launch: compiled, sm_90+ only
         layer_cases += (

@@ -139,6 +139,10 @@ SPACE = {
             "values": [0, 32, 16],
             "when": {"fused_layer": [*_LAYERS, "seq"]},
         },
+        # The FFN's GELU in the fused layers: erf (libdevice) or v * sigmoid(p(v)) (within
+        # 2.6e-5 of it; session 22's PC sampling: 13-21% of the post rows kernel's samples
+        # on the erf GELU).
+        {"name": "ffn_gelu", "values": ["erf", "poly"], "when": {"fused_layer": [*_LAYERS, "seq"]}},
         # Not searched: row_maxnreg (a cap on the row kernels' registers). Measured in
         # session 22 (docs/logs/s22/s22_maxnreg.log, s22_cap4.log): with 8 row warps capped
         # at 128 (16 warps an SM) 0.91x the entry on case 6, 0.95x on 13 and 1; with 4 warps

@@ -52,6 +52,11 @@ class NoFusedLayer(FusedLayerFamily):
                 f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
                 "(fused_layer=heads, rows or seq); got fused_layer=none"
             )
+        if plan.ffn_gelu != "erf":
+            reasons.append(
+                f"ffn_gelu={plan.ffn_gelu} applies to the fused layers' FFN (fused_layer=heads, "
+                "rows or seq); got fused_layer=none"
+            )
         if plan.row_attn_post:
             reasons.append(
                 "row_attn_post=True fuses the attention and post-attention rows of "
@@ -93,6 +98,7 @@ def tiling(plan: Any) -> Any:
         mask_bounds=plan.mask_bounds,
         stage_residual=plan.row_stage,
         ffn_block=plan.row_ffn_block,
+        gelu_poly=plan.ffn_gelu == "poly",
         row_maxnreg=plan.row_maxnreg,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,

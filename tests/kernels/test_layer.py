@@ -8,7 +8,11 @@ import torch
 
 pytest.importorskip("triton")
 
+import triton
+import triton.language as tl
+
 from autotune.core.reference import ReferenceTransformer, TransformerConfig
+from kernels._common import GELU_POLY_MAX_ERR, gelu_exact, gelu_poly
 from kernels._tolerance import PROJECT_RULE, compare
 from kernels.block import weights_from_model
 from kernels.layer import (
@@ -483,3 +487,52 @@ def test_row_maxnreg_caps_only_and_keeps_the_arithmetic(device: str) -> None:
         with pytest.raises(ValueError, match="row_maxnreg caps the separate qkv-rows"):
             run_stack(**dict(kwargs, variant=other), device=device,
                       tiling=Tiling(**common, row_maxnreg=128, **tiles))  # fmt: skip
+
+
+@triton.jit
+def _gelu_kernel(x_ptr, out_ptr, n, POLY: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    v = tl.load(x_ptr + offs, mask=ok, other=0.0)
+    tl.store(out_ptr + offs, gelu_poly(v) if POLY else gelu_exact(v), mask=ok)
+
+
+def _gelu(x: torch.Tensor, poly: bool, device: str) -> torch.Tensor:
+    xs = x.float().to(device)
+    out = torch.empty_like(xs)
+    _gelu_kernel[(triton.cdiv(xs.numel(), 1024),)](xs, out, xs.numel(), POLY=poly, BLOCK=1024)
+    return out.cpu().double()
+
+
+def test_gelu_poly_stays_within_its_bound_of_the_erf_gelu(device: str) -> None:
+    """kernels._common.gelu_poly against the erf GELU (fp64) on a dense grid and the tails:
+    within GELU_POLY_MAX_ERR everywhere, and the bound is tight (the fit's worst is over a
+    tenth of it); GELU(0) = 0 (padded columns); the erf form within 1e-6."""
+    x = torch.cat([
+        torch.linspace(-12.0, 12.0, 96_001, dtype=torch.float64),
+        torch.tensor([-1e4, -100.0, -8.5, -8.0, -7.9, 0.0, 7.9, 8.0, 8.5, 100.0, 1e4]).double(),
+    ])  # fmt: skip
+    want = 0.5 * x * (1.0 + torch.erf(x / 2**0.5))
+    poly_err = (_gelu(x, True, device) - want).abs()
+    erf_err = (_gelu(x, False, device) - want).abs()
+    small = x.abs() <= 100  # past that, fp32's own rounding of v is larger than the bound
+    assert poly_err[small].max().item() <= GELU_POLY_MAX_ERR
+    assert poly_err[small].max().item() > GELU_POLY_MAX_ERR / 10
+    assert (poly_err[~small] <= 1e-6 * x[~small].abs()).all()  # v or 0 to fp32 precision
+    assert erf_err[small].max().item() <= 1e-6
+    assert _gelu(torch.zeros(3), True, device).eq(0.0).all()
+
+
+def test_gelu_poly_changes_the_layers_output_within_the_rule(device: str) -> None:
+    """Tiling(gelu_poly=True) runs the other GELU (the outputs differ), within the rule of
+    the reference, on every fused variant."""
+    common = dict(block_m=16, block_n=16, row_block=16)
+    for variant in ("rows", "heads", "seq"):
+        kwargs = dict(variant=variant, precision="fp16", mask_kind="padded", causal=True)
+        plain, reference, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
+        poly, _, x_change = run_stack(**kwargs, tiling=Tiling(**common, gelu_poly=True),
+                                      device=device)  # fmt: skip
+        assert not torch.equal(poly, plain), variant
+        assert (poly - plain).abs().max().item() < 1e-3, variant
+        assert compare(poly, reference, PROJECT_RULE).passed, variant
+        assert torch.count_nonzero(x_change) == 0
