@@ -353,7 +353,7 @@ class CandidateTransformer(ReferenceTransformer):
             y = self._forward_core(x, mask, kind, weights, out)
         else:
             y = self._core(x, mask, kind, weights)
-        if y.data_ptr() != out.data_ptr():
+        if y.data_ptr() != out.data_ptr() or y.shape != out.shape:
             out.copy_(y)
         return out
 
@@ -489,11 +489,12 @@ class _CapturedForward:
     SLOTS = 2
     # False: the forward is captured into the graph's own output and copied into the ring
     # buffer inside the graph (before session 22), kept to time the two side by side
-    # (scripts/ring_ab.py); read at capture.
+    # (scripts/ring_ab.py); read when an object is made, for all its captures.
     DIRECT_OUTPUT = True
 
     def __init__(self, fn: Callable[..., Tensor], x: Tensor, mask: Tensor | None) -> None:
         self.fn = fn
+        self.direct_output = self.DIRECT_OUTPUT
         self.static_x = x.clone()
         self.static_mask = mask.clone() if mask is not None else None
         stream = torch.cuda.Stream()
@@ -525,7 +526,7 @@ class _CapturedForward:
             if slot >= 0:
                 buf = self.slots[slot]
                 assert buf is not None
-                if self.DIRECT_OUTPUT:
+                if self.direct_output:
                     out = self.fn(x, mask, buf)  # the forward into the ring buffer itself
                 else:
                     buf.copy_(self.fn(x, mask))

@@ -168,6 +168,19 @@ def kernel_overrides(overrides: dict[str, int] | None, kernel: str) -> dict[str,
     return mine
 
 
+def unmatched_kernels(overrides: dict[str, int] | None, launched: set[str]) -> str:
+    """An error line when a ``KERNEL:KEY`` key of ``overrides`` names no kernel that was
+    launched (a typo would otherwise leave the numbers unchanged under the option's name),
+    else ""."""
+    names = sorted({k.rpartition(":")[0] for k in overrides or {} if ":" in k} - launched)
+    if not names:
+        return ""
+    return (
+        f"compile option(s) for {', '.join(names)}: no such kernel was launched; launched: "
+        + ", ".join(sorted(launched))
+    )
+
+
 @contextlib.contextmanager
 def offline_launches(
     arch: int = 90, overrides: dict[str, int] | None = None
@@ -263,3 +276,5 @@ def offline_launches(
     finally:
         jit.JITFunction.run = saved  # type: ignore[method-assign]
         _triton.OFFLINE_ARCH = None
+    if why := unmatched_kernels(overrides, {s.name for s in stats}):
+        raise ValueError(why)

@@ -26,14 +26,15 @@ quiet() { grep -v -i warn | grep -v "retry ="; }
 cp studies.db "$OUT/studies.db"
 cp tables/h200.py "$OUT/h200.py"
 DB="sqlite:///$OUT/studies.db"
-python3 - "$CASES" <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
+rm -f /tmp/s23_gelu_*.json
+python3 - "$CASES" 2>&1 <<'PY' | tee -a "$LOG"
 import json, sys
 from autotune.runtime import load_table
 t = load_table("tables/h200.py")
 for c in sys.argv[1].split(","):
-    plan = next(e["plan"] for e in t.entries.values() if e.get("case") == c)
-    if plan.get("fused_layer", "none") == "none":
-        print(f"case {c}: its entry is not a fused layer; ffn_gelu does not apply")
+    plan = next((e["plan"] for e in t.entries.values() if e.get("case") == c), None)
+    if plan is None or plan.get("fused_layer", "none") == "none":
+        print(f"case {c}: no fused-layer entry in tables/h200.py; ffn_gelu does not apply")
         continue
     json.dump(dict(plan, ffn_gelu="poly"), open(f"/tmp/s23_gelu_{c}.json", "w"))
 PY

@@ -38,11 +38,13 @@ def launch_options(overrides: dict[str, int]) -> Iterator[None]:
     (``kernels.sass.kernel_overrides``: plain keys for all, ``KERNEL:KEY`` for one)."""
     from triton.runtime import jit
 
-    from kernels.sass import kernel_overrides
+    from kernels.sass import kernel_overrides, unmatched_kernels
 
     saved = jit.JITFunction.run
+    launched: set[str] = set()
 
     def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        launched.add(self.fn.__name__)
         kwargs.update(kernel_overrides(overrides, self.fn.__name__))
         return saved(self, *args, **kwargs)
 
@@ -51,6 +53,8 @@ def launch_options(overrides: dict[str, int]) -> Iterator[None]:
         yield
     finally:
         jit.JITFunction.run = saved  # type: ignore[method-assign]
+    if why := unmatched_kernels(overrides, launched):
+        raise SystemExit(f"kernel_profile.py: {why}")
 
 
 def main() -> None:

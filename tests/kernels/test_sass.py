@@ -142,6 +142,16 @@ def test_kernel_profile_launch_options_reach_the_named_kernel_only() -> None:
         ("_post_rows_kernel", {}),
         ("_attention_fwd_kernel", {}),
     ]
+    # A kernel name that no launch had (a typo) ends the profile with one line.
+    JITFunction.run = record  # type: ignore[method-assign]
+    try:
+        with (
+            pytest.raises(SystemExit, match="_attention_kernel: no such kernel was launched"),
+            module.launch_options({"_attention_kernel:maxnreg": 80}),
+        ):
+            post.run(1, grid=(1,), warmup=False)
+    finally:
+        JITFunction.run = saved  # type: ignore[method-assign]
 
 
 def _inspect(*args: str, interpret: str = "0") -> subprocess.CompletedProcess[str]:
@@ -251,6 +261,10 @@ def test_row_maxnreg_caps_the_qkv_rows_kernel_too(tmp_path: Path) -> None:
         (["--plan", json.dumps(HEADS), "--compile-option", "regs=1"], "unknown to this Triton"),
         (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg=300"], "takes 24..255"),
         (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg=32"], "does not compile"),
+        (
+            ["--plan", json.dumps(HEADS), "--compile-option", "_attn_kernel:maxnreg=128"],
+            "_attn_kernel: no such kernel was launched; launched: _heads_attention_kernel",
+        ),
         (["--plan", json.dumps(dict(HEADS, attn_block_m=128))], "use attn_block_m <= 64"),
         (["--gpu", "cpu", "--plan", json.dumps(HEADS)], "--gpu cpu is not a CUDA profile"),
         ([], "give at least one --plan or --table"),
