@@ -143,7 +143,9 @@ __all__ = [
 @dataclasses.dataclass(frozen=True)
 class LayerWeights:
     """One layer for these kernels: LayerNorm parameters and biases fp32; the six weight
-    matrices contiguous ``[out, in]`` in the GEMM operand dtype (fp16/bf16, or fp32)."""
+    matrices contiguous ``[out, in]`` in the GEMM operand dtype (fp16/bf16, or fp32). The
+    QKV weights are row blocks of one packed ``[3 d_model, d_model]`` matrix (``qkv_weight``,
+    its fp32 bias ``qkv_bias``): the row kernels project all three in one loop."""
 
     fp32: BlockWeights
     q_weight: torch.Tensor
@@ -152,6 +154,8 @@ class LayerWeights:
     o_weight: torch.Tensor
     ffn_in_weight: torch.Tensor
     ffn_out_weight: torch.Tensor
+    qkv_weight: torch.Tensor
+    qkv_bias: torch.Tensor
 
     @property
     def d_model(self) -> int:
@@ -168,8 +172,20 @@ def prepare_layer_weights(weights: BlockWeights, gemm_precision: str) -> LayerWe
     check_precision(gemm_precision)
     weights.check()
     dtype = _DTYPES.get(gemm_precision, torch.float32)
-    names = ("q_weight", "k_weight", "v_weight", "o_weight", "ffn_in_weight", "ffn_out_weight")
-    return LayerWeights(weights, **{n: getattr(weights, n).to(dtype).contiguous() for n in names})
+    w = weights
+    qkv = torch.cat([w.q_weight, w.k_weight, w.v_weight]).to(dtype).contiguous()
+    d = w.d_model
+    return LayerWeights(
+        weights,
+        q_weight=qkv[:d],  # views: contiguous row blocks of the packed matrix
+        k_weight=qkv[d : 2 * d],
+        v_weight=qkv[2 * d :],
+        o_weight=w.o_weight.to(dtype).contiguous(),
+        ffn_in_weight=w.ffn_in_weight.to(dtype).contiguous(),
+        ffn_out_weight=w.ffn_out_weight.to(dtype).contiguous(),
+        qkv_weight=qkv,
+        qkv_bias=torch.cat([w.q_bias, w.k_bias, w.v_bias]).contiguous(),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,17 +408,18 @@ def _project_rows(
     out_col0,
     out_stride,
     d_model,
+    n_cols,
     BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
 ):
-    """``out[rows, out_col0 + j] = (h @ W^T + b)[:, j]`` for all ``d_model`` columns of a
-    ``[d_model, d_model]`` weight, ``BLOCK_N`` columns at a time."""
-    for n0 in range(0, d_model, BLOCK_N):
+    """``out[rows, out_col0 + j] = (h @ W^T + b)[:, j]`` for all ``n_cols`` columns of an
+    ``[n_cols, d_model]`` weight, ``BLOCK_N`` columns at a time."""
+    for n0 in range(0, n_cols, BLOCK_N):
         cols = n0 + tl.arange(0, BLOCK_N)
-        c_ok = cols < d_model
+        c_ok = cols < n_cols
         wt = tl.load(
             w_ptr + cols[None, :] * d_model + offs_d[:, None],
             mask=d_ok[:, None] & c_ok[None, :],
@@ -429,12 +446,8 @@ def _qkv_rows_kernel(
     qkv_ptr,
     n1w_ptr,
     n1b_ptr,
-    wq_ptr,
-    bq_ptr,
-    wk_ptr,
-    bk_ptr,
-    wv_ptr,
-    bv_ptr,
+    wqkv_ptr,
+    bqkv_ptr,
     num_rows,
     d_model,
     eps,
@@ -457,9 +470,8 @@ def _qkv_rows_kernel(
         other=0.0,
     )
     _qkv_of_rows(
-        y, qkv_ptr, n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr,
-        rows, row_ok, offs_d, d_ok, d_model, eps,
-        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+        y, qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, rows, row_ok, offs_d, d_ok, d_model,
+        eps, BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
     )  # fmt: skip
     grid_dependency_exit(USE_GDC)
 
@@ -553,31 +565,23 @@ def _post_rows_tail(
 
 @triton.jit
 def _qkv_of_rows(
-    y, qkv_ptr, n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr,
-    rows, row_ok, offs_d, d_ok, d_model, eps,
+    y, qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, rows, row_ok, offs_d, d_ok, d_model, eps,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
 ):  # fmt: skip
     """LayerNorm1 of fp32 rows ``y`` (padded columns 0) and the three projections into the
-    packed ``qkv`` rows ``rows`` (``[*, 3 * d_model]``): the qkv-rows kernel's work on rows
-    it would have loaded."""
+    packed ``qkv`` rows ``rows`` (``[*, 3 * d_model]``), one loop over the packed
+    ``[3 d_model, d_model]`` weight (one copy of the loop's code where three were: session
+    22's PC sampling found the chained post rows kernel waiting on instruction fetch there):
+    the qkv-rows kernel's work on rows it would have loaded."""
     h = to_operand(
         _layernorm_rows(y, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps),
         PRECISION,
         EMULATE_BF16_DOT,
     )
-    stride = 3 * d_model
     _project_rows(
-        h, wq_ptr, bq_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 0, stride, d_model,
-        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
-    )  # fmt: skip
-    _project_rows(
-        h, wk_ptr, bk_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, d_model, stride, d_model,
-        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
-    )  # fmt: skip
-    _project_rows(
-        h, wv_ptr, bv_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 2 * d_model, stride, d_model,
-        BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+        h, wqkv_ptr, bqkv_ptr, qkv_ptr, rows, row_ok, offs_d, d_ok, 0, 3 * d_model, d_model,
+        3 * d_model, BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
     )  # fmt: skip
 
 
@@ -600,12 +604,8 @@ def _post_rows_kernel(
     qkv_ptr,
     n1w_ptr,
     n1b_ptr,
-    wq_ptr,
-    bq_ptr,
-    wk_ptr,
-    bk_ptr,
-    wv_ptr,
-    bv_ptr,
+    wqkv_ptr,
+    bqkv_ptr,
     num_rows,
     d_model,
     ffn_dim,
@@ -626,7 +626,7 @@ def _post_rows_kernel(
 ):
     """The post-attention rows of one layer; with ``NEXT_QKV`` also the next layer's
     LayerNorm1 and QKV projections of the same rows into ``qkv`` (its weights in
-    ``n1w_ptr`` .. ``bv_ptr``; unused placeholders otherwise)."""
+    ``n1w_ptr`` .. ``bqkv_ptr``; unused placeholders otherwise)."""
     grid_dependency_enter(USE_GDC)
     offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows = offs_m.to(tl.int64)
@@ -666,9 +666,8 @@ def _post_rows_kernel(
     )  # fmt: skip
     if NEXT_QKV:
         _qkv_of_rows(
-            y, qkv_ptr, n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr,
-            rows, row_ok, offs_d, d_ok, d_model, eps,
-            BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+            y, qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, rows, row_ok, offs_d, d_ok,
+            d_model, eps, BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
         )  # fmt: skip
     grid_dependency_exit(USE_GDC)
 
@@ -1151,11 +1150,7 @@ def _post_weights(
 
 def _qkv_weights(w: LayerWeights) -> tuple[torch.Tensor, ...]:
     """The kernel arguments of LayerNorm1 and the QKV projections, in their order."""
-    f = w.fp32
-    return (
-        f.norm1_weight, f.norm1_bias, w.q_weight, f.q_bias, w.k_weight, f.k_bias,
-        w.v_weight, f.v_bias,
-    )  # fmt: skip
+    return w.fp32.norm1_weight, w.fp32.norm1_bias, w.qkv_weight, w.qkv_bias
 
 
 def _launch_layer(

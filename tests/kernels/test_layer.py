@@ -548,3 +548,24 @@ def test_gelu_poly_changes_the_layers_output_within_the_rule(device: str) -> Non
         assert (poly - plain).abs().max().item() < 1e-3, (variant, knobs)
         assert compare(poly, reference, PROJECT_RULE).passed, (variant, knobs)
         assert torch.count_nonzero(x_change) == 0
+
+
+def test_the_qkv_weights_are_row_blocks_of_one_packed_matrix() -> None:
+    """prepare_layer_weights packs Wq, Wk, Wv into one [3 d_model, d_model] matrix (the row
+    kernels' one projection loop reads it) and hands the three out as views of it."""
+    torch.manual_seed(5)
+    model = ReferenceTransformer(TransformerConfig(1, 8, 40, 5, 72, 1, True)).eval()
+    (w,), _ = weights_from_model(model)
+    for precision, dtype in (("fp16", torch.float16), ("ieee", torch.float32)):
+        lw = prepare_layer_weights(w, precision)
+        assert lw.qkv_weight.shape == (120, 40) and lw.qkv_weight.dtype == dtype
+        assert lw.qkv_weight.is_contiguous() and lw.qkv_bias.dtype == torch.float32
+        for i, (mine, theirs) in enumerate(
+            ((lw.q_weight, w.q_weight), (lw.k_weight, w.k_weight), (lw.v_weight, w.v_weight))
+        ):
+            assert mine.is_contiguous()
+            assert mine.untyped_storage().data_ptr() == lw.qkv_weight.untyped_storage().data_ptr()
+            assert torch.equal(mine, theirs.to(dtype))
+            assert torch.equal(
+                lw.qkv_bias[40 * i : 40 * (i + 1)], (w.q_bias, w.k_bias, w.v_bias)[i]
+            )
