@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
 
@@ -345,3 +346,42 @@ def test_opening_a_storage_with_heartbeats_warns_nothing(tmp_path) -> None:
         warnings.simplefilter("error")
         storage = open_storage(f"sqlite:///{tmp_path / 'studies.db'}")
     assert storage.get_heartbeat_interval() == 10
+
+
+_ASKER = """
+import json, sys
+import optuna
+from autotune.search.trials import open_storage
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+study = optuna.load_study(study_name="race", storage=open_storage(sys.argv[1], None, None))
+got = []
+while study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)):
+    got.append(study.ask().number)
+print(json.dumps(got))
+"""
+
+
+def test_processes_asking_one_sqlite_storage_never_get_the_same_enqueued_trial(tmp_path) -> None:
+    """Optuna hands out an enqueued trial by reading it waiting, then marking it running;
+    on SQLite with deferred transactions two processes could both take it (before the fix
+    in open_storage: 9 of 300 trials handed out twice to 3 processes). open_storage's
+    storages begin every SQLite transaction with the write lock, so each goes to one."""
+    import subprocess
+
+    from autotune.search.trials import open_storage
+    from tests.conftest import ROOT
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    study = optuna.create_study(study_name="race", storage=open_storage(url, None, None))
+    for i in range(150):
+        study.enqueue_trial({"x": i})
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _ASKER, url], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    got = [n for p in procs for n in json.loads(p.communicate(timeout=300)[0])]
+    assert all(p.returncode == 0 for p in procs)
+    assert len(got) >= 150 and len(got) == len(set(got))
