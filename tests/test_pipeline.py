@@ -260,6 +260,11 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         ),
         (["bench", "--table", "/nonexistent.py"], "does not exist"),
         (["report", "--gpu", "h200", "--target", "25"], "--target 25 needs --bench"),
+        (["report", "--gpu", "h200", "--bench-before", "a.csv"], "needs --bench (this run's"),
+        (
+            ["report", "--gpu", "h200", "--bench", "b.csv", "--bench-before", "/no/a.csv"],
+            "'/no/a.csv' does not exist",
+        ),
         (
             ["report", "--gpu", "h200", "--bench", "b.csv", "--target", "0.5"],
             "not a speedup above 1",
@@ -367,7 +372,7 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_
     assert (
         cli(
             f"report --gpu cpu --storage {pipeline['db']} --table {pipeline['table']} "
-            f"--bench {csv} --notes {notes} --out {out}"
+            f"--bench {csv} --bench-before {csv} --notes {notes} --out {out}"
         )
         == 0
     )
@@ -381,6 +386,8 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_
         "## Knob importances",
         "## Tuning cost",
         "missed by 3.7x, measured",
+        "## Against an earlier bench",
+        "the table's medians x1.000 of the earlier run's",
     ):
         assert section in page, section
     for png in ("speedups.png", "pareto.png", "history.png"):

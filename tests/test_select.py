@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import optuna
 import pytest
 
@@ -291,6 +293,42 @@ def test_bench_csv_of_an_older_version_is_rewritten_under_the_new_header(tmp_pat
     assert (second.case, second.launch_us) == ("7", 6.5)
     append_csv(BenchRow("12", "plan c", "PASS", table_hash="abc"), path)  # plain append now
     assert [r.case for r in read_csv(path)] == ["2", "7", "12"]
+
+
+def test_report_holds_a_bench_against_an_earlier_one_at_either_runs_reference() -> None:
+    """Two benches on hosts of different speed: the table's medians and the reference's
+    case by case, and this run's table at the earlier run's reference times (session 23's
+    v48 bench against session 22's, cases 7 and 13: a slow host doubled case 7's reference)."""
+    import pandas as pd
+
+    from autotune.tools.report import bench_change_markdown
+
+    now = pd.DataFrame(
+        [
+            {"case": "7", "ref_ms": 4.425, "table_ms": 0.076, "launch_us": 14.5},
+            {"case": "13", "ref_ms": 19.830, "table_ms": 0.761, "launch_us": 14.1},
+            {"case": "14", "ref_ms": 3000.0, "table_ms": 3100.0, "launch_us": 14.0},
+        ]
+    )
+    before = pd.DataFrame(
+        [
+            {"case": "7", "ref_ms": 1.0, "table_ms": 1.0, "launch_us": 8.0},  # replaced below
+            {"case": "7", "ref_ms": 2.215, "table_ms": 0.058, "launch_us": 8.1},
+            {"case": "13", "ref_ms": 19.635, "table_ms": 0.819, "launch_us": 8.4},
+            {"case": "2", "ref_ms": 5.0, "table_ms": None, "launch_us": 8.0},
+        ]
+    )
+    text = "\n".join(bench_change_markdown(now, before, "bench_s22.csv"))
+    assert "Cases 7, 13 against `bench_s22.csv`" in text  # 14 and 2: not in both
+    assert re.search(r"\|\s+7 \|\s+0\.076 \|\s+0\.058 \|\s+1\.310 \|\s+4\.425 \|\s+2\.215 \|", text)
+    assert "29.14x" in text and "25.80x" in text  # case 7 and 13 at the earlier reference
+    table = (0.076 / 0.058 * 0.761 / 0.819) ** 0.5
+    assert f"the table's medians x{table:.3f} of the earlier run's" in text
+    assert "27.42x at the earlier run's reference times" in text
+    assert "Host speed: 14.3 us per eager launch in this run, 8.2 in the earlier one." in text
+    assert "No case of this bench has a time in `x.csv`" in "\n".join(
+        bench_change_markdown(now[now["case"] == "14"], before, "x.csv")
+    )
 
 
 def test_report_says_where_each_cases_time_goes_beside_its_floor() -> None:

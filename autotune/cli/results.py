@@ -148,6 +148,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--target {args.target:g} is not a speedup above 1; give e.g. --target 25"
         )
+    if args.bench_before and not args.bench:
+        raise ValueError(f"--bench-before {args.bench_before!r} needs --bench (this run's CSV)")
+    if args.bench_before and not Path(args.bench_before).is_file():
+        raise ValueError(
+            f"--bench-before {args.bench_before!r} does not exist; give an earlier "
+            "'autotune bench --csv' file"
+        )
     if args.unseen and not Path(args.unseen).is_file():
         raise ValueError(f"--unseen {args.unseen!r} does not exist; give an 'autotune unseen' CSV")
     studies = profile_studies(open_storage(args.storage), args.gpu)
@@ -173,6 +180,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         efficiency=args.efficiency,
         unseen_csv=args.unseen,
         target=args.target,
+        bench_before=args.bench_before,
     )
     print(f"wrote {path}")
     return 0
@@ -334,6 +342,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         metavar="X",
         help="a speedup over the reference: with a --bench CSV from --hot-path, the time "
         "each case needs for it beside its floor, and the cases that cannot reach it",
+    )
+    p.add_argument(
+        "--bench-before",
+        metavar="CSV",
+        help="an earlier 'autotune bench --csv' file: the table's and the reference's "
+        "medians case by case, and this run's table at its reference times",
     )
     p.set_defaults(func=cmd_report)
 

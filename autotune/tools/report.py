@@ -296,6 +296,75 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
     return lines
 
 
+def _geomean(values: pd.Series) -> float:
+    return math.exp(values.map(math.log).mean())
+
+
+def bench_change_markdown(
+    frame: pd.DataFrame, before: pd.DataFrame, before_path: str | Path
+) -> list[str]:
+    """This bench against an earlier one, case by case: the table's own medians, the
+    reference's, each run's host speed, and this run's table at the earlier run's reference
+    times. The reference is an eager forward: on a launch-bound case its time follows the
+    host, so two runs' speedups differ by the host as much as by the table; the table's
+    medians, and its speedup at one run's reference times, do not. Cases in both CSVs
+    with a time in both (the last row of a case where a CSV has several)."""
+    cols = ["case", "ref_ms", "table_ms"] + (["launch_us"] if "launch_us" in frame else [])
+    now = frame[frame["table_ms"].notna()].drop_duplicates("case", keep="last")[cols]
+    then = before[before["table_ms"].notna()].drop_duplicates("case", keep="last")
+    then = then[[c for c in cols if c in then]]
+    both = now.merge(then, on="case", suffixes=("", "_before"))
+    if both.empty:
+        return [
+            "## Against an earlier bench",
+            "",
+            f"No case of this bench has a time in `{before_path}`.",
+            "",
+        ]
+    rows = []
+    for _, r in both.iterrows():
+        row = {
+            "case": r["case"],
+            "table ms": f"{r['table_ms']:.3f}",
+            "before": f"{r['table_ms_before']:.3f}",
+            "table ratio": f"{r['table_ms'] / r['table_ms_before']:.3f}",
+            "ref ms": f"{r['ref_ms']:.3f}",
+            "ref before": f"{r['ref_ms_before']:.3f}",
+            "speedup": f"{r['ref_ms'] / r['table_ms']:.2f}x",
+            "at the earlier ref": f"{r['ref_ms_before'] / r['table_ms']:.2f}x",
+        }
+        rows.append(row)
+    table_ratio = _geomean(both["table_ms"] / both["table_ms_before"])
+    ref_ratio = _geomean(both["ref_ms"] / both["ref_ms_before"])
+    lines = [
+        "## Against an earlier bench",
+        "",
+        f"Cases {', '.join(map(str, both['case']))} against `{before_path}`: the table's "
+        "medians, the reference's, and this run's table at the earlier run's reference "
+        "times (on launch-bound cases the reference follows the host; the table's medians "
+        "and the last column do not).",
+        "",
+        pd.DataFrame(rows).to_markdown(
+            index=False, disable_numparse=True, colalign=["right"] * len(rows[0])
+        ),
+        "",
+        f"Geometric means over {len(both)} cases: the table's medians x{table_ratio:.3f} of "
+        f"the earlier run's, the reference's x{ref_ratio:.3f}; speedup "
+        f"{_geomean(both['ref_ms'] / both['table_ms']):.2f}x in this run, "
+        f"{_geomean(both['ref_ms_before'] / both['table_ms']):.2f}x at the earlier run's "
+        f"reference times (the earlier run's own: "
+        f"{_geomean(both['ref_ms_before'] / both['table_ms_before']):.2f}x).",
+        "",
+    ]
+    if "launch_us_before" in both and both[["launch_us", "launch_us_before"]].notna().all().all():
+        lines += [
+            f"Host speed: {both['launch_us'].median():.1f} us per eager launch in this run, "
+            f"{both['launch_us_before'].median():.1f} in the earlier one.",
+            "",
+        ]
+    return lines
+
+
 def plot_speedups(frame: pd.DataFrame, out: Path) -> Path:
     """Per-case speedup bars (log scale): the table and every passing anchor."""
     plt = _plt()
@@ -455,6 +524,7 @@ def write_report(
     efficiency: list[str] | None = None,
     unseen_csv: str | Path | None = None,
     target: float | None = None,
+    bench_before: str | Path | None = None,
 ) -> Path:
     """A markdown page: tables (pandas) and figures (matplotlib), with provenance; a
     hand-written ``notes`` file (targets, misses, what would close them) is appended."""
@@ -544,6 +614,8 @@ def write_report(
         plot_speedups(frame, out / "speedups.png")
         lines += ["![speedups](speedups.png)", ""]
         lines += time_goes_markdown(frame, profile, target)
+        if bench_before:
+            lines += bench_change_markdown(frame, bench_frame(bench_before), bench_before)
     if table is not None:
         rows = []
 
