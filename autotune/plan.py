@@ -336,6 +336,17 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "row_fold_residual",
+        False,
+        "the post-attention rows kernel (fused_layer=heads or rows, not row_attn_post): the "
+        "output projection accumulates onto x + bo instead of onto zeros with x added after "
+        "it (the residual's load issued before the projection's loop); the same sums in "
+        "another order, fp32 rounding apart",
+        choices=(False, True),
+        needs={True: "fused_layer=heads or rows, without row_attn_post"},
+        group="kernels",
+    ),
+    Knob(
         "row_stage",
         False,
         "the post-attention rows kernel (fused_layer=heads or rows): the residual x + "
@@ -433,6 +444,7 @@ class Plan:
     ffn_gelu: str = "erf"
     row_maxnreg: int = 0
     row_stage: bool = False
+    row_fold_residual: bool = False
     row_attn_post: bool = False
     row_next_qkv: bool = False
     pdl: bool = False

@@ -206,6 +206,12 @@ class Tiling:
     # before the FFN and read back after it, instead of held in registers across the FFN's
     # GEMMs (a [row_block, d_model] fp32 tile fewer live: the same result, bit for bit).
     stage_residual: bool = False
+    # post rows (heads, rows; not attn_post): the output projection accumulates onto
+    # ``x + bo`` (its context rows of padded tokens not loaded) instead of onto zeros with
+    # ``x`` added after it: the residual's load is issued before the projection's loop,
+    # not after it. The same sums in another order (fp32 rounding apart). (Folding ``x1 +
+    # b2`` into the FFN's accumulator too spilled 72-128 bytes a thread offline, Triton 3.6.)
+    fold_residual: bool = False
     # post rows (heads, rows) and seq: the FFN columns one step handles (BLOCK_F; 0: the
     # default of ``ffn_chunk``). Fewer columns, fewer live registers a step (the FFN's
     # hidden tile and both weight tiles), more steps; sums in another order.
@@ -516,28 +522,61 @@ def _residual_tail(
 
 
 @triton.jit
+def _rows_valid(key_mask_ptr, rows, row_ok, HAS_KEY_MASK: tl.constexpr):
+    """The rows that are tokens to keep: ``row_ok``, and with a key mask its byte of each
+    row (rows are token indices) nonzero."""
+    valid = row_ok
+    if HAS_KEY_MASK:
+        valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
+    return valid
+
+
+@triton.jit
+def _residual_start(
+    x_ptr, key_mask_ptr, bo_ptr, rows, row_ok, offs_d, d_ok, d_model,
+    HAS_KEY_MASK: tl.constexpr,
+):  # fmt: skip
+    """With ``fold_residual``: the output projection's starting accumulator ``x + bo``
+    (``bo`` only on valid rows: the reference zeroes padded rows of the attention output)
+    and the rows whose context it loads (the valid ones: a padded row adds nothing)."""
+    valid = _rows_valid(key_mask_ptr, rows, row_ok, HAS_KEY_MASK)
+    bo = tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)
+    a = tl.load(
+        x_ptr + rows[:, None] * d_model + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    return a + tl.where(valid[:, None], bo[None, :], 0.0), valid
+
+
+@triton.jit
 def _post_rows_tail(
     a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
     b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
     HAS_KEY_MASK: tl.constexpr, FINAL_NORM: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr, PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr, STAGE_RESIDUAL: tl.constexpr, GELU_POLY: tl.constexpr,
+    FOLD_RESIDUAL: tl.constexpr,
 ):  # fmt: skip
     """What follows the output projection ``a`` (fp32 ``[BLOCK_R, BLOCK_D]``, no bias) of
     rows ``rows`` (token indices, int64): ``+ bo``, padded rows zeroed, ``+ x``; LayerNorm2,
     FFN, residual, padded rows zeroed, the final LayerNorm when ``FINAL_NORM``; stored to
-    ``out`` (which may be ``x``: only these rows are read and written)."""
+    ``out`` (which may be ``x``: only these rows are read and written). With
+    ``FOLD_RESIDUAL``, ``a`` is already ``x1`` (``_residual_start`` began the projection at
+    ``x + bo``)."""
     io_mask = row_ok[:, None] & d_ok[None, :]
     offsets = rows[:, None] * d_model + offs_d[None, :]
-    a += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
-    valid = row_ok
-    if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
-        valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
-        # Padded rows of the attention output, as the reference zeroes them (a padded row
-        # feeds nothing but itself here and is zeroed again below: kept for exactness of
-        # the intermediate, not of the output).
-        a = tl.where(valid[:, None], a, 0.0)
-    x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
+    valid = _rows_valid(key_mask_ptr, rows, row_ok, HAS_KEY_MASK)
+    if FOLD_RESIDUAL:
+        x1 = a
+    else:
+        a += tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+        if HAS_KEY_MASK:
+            # Padded rows of the attention output, as the reference zeroes them (a padded
+            # row feeds nothing but itself here and is zeroed again below: kept for
+            # exactness of the intermediate, not of the output).
+            a = tl.where(valid[:, None], a, 0.0)
+        x1 = tl.load(x_ptr + offsets, mask=io_mask, other=0.0) + a
     if STAGE_RESIDUAL:
         # x1 waits in this program's own output rows (in place or not, no other program
         # reads them) while the FFN runs; the barrier orders the CTA's stores before the
@@ -623,6 +662,7 @@ def _post_rows_kernel(
     NEXT_QKV: tl.constexpr,
     BLOCK_N: tl.constexpr,
     USE_GDC: tl.constexpr,
+    FOLD_RESIDUAL: tl.constexpr,
 ):
     """The post-attention rows of one layer; with ``NEXT_QKV`` also the next layer's
     LayerNorm1 and QKV projections of the same rows into ``qkv`` (its weights in
@@ -635,14 +675,21 @@ def _post_rows_kernel(
     d_ok = offs_d < d_model
     row_ok = offs_m < num_rows
 
-    # Output projection of the attention context, BLOCK_K ctx columns at a time.
-    a = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    # Output projection of the attention context, BLOCK_K ctx columns at a time: onto
+    # zeros, or with FOLD_RESIDUAL onto x + bo (the context of padded rows not loaded).
+    if FOLD_RESIDUAL:
+        a, ctx_ok = _residual_start(
+            x_ptr, key_mask_ptr, bo_ptr, rows, row_ok, offs_d, d_ok, d_model, HAS_KEY_MASK
+        )
+    else:
+        a = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+        ctx_ok = row_ok
     for k0 in range(0, d_model, BLOCK_K):
         offs_k = k0 + offs_k0
         k_ok = offs_k < d_model
         c = tl.load(
             ctx_ptr + rows[:, None] * d_model + offs_k[None, :],
-            mask=row_ok[:, None] & k_ok[None, :],
+            mask=ctx_ok[:, None] & k_ok[None, :],
             other=0.0,
         ).to(tl.float32)
         # Wo^T chunk [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k0 + k].
@@ -662,7 +709,7 @@ def _post_rows_kernel(
         a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
         b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
         HAS_KEY_MASK, FINAL_NORM, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
-        STAGE_RESIDUAL, GELU_POLY,
+        STAGE_RESIDUAL, GELU_POLY, FOLD_RESIDUAL,
     )  # fmt: skip
     if NEXT_QKV:
         _qkv_of_rows(
@@ -758,7 +805,7 @@ def _attn_post_rows_kernel(
         a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
         b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
         HAS_KEY_MASK, FINAL_NORM, BLOCK_M, BLOCK_D, BLOCK_F, PREC_G, EMULATE_BF16_DOT,
-        STAGE_RESIDUAL, GELU_POLY,
+        STAGE_RESIDUAL, GELU_POLY, False,
     )  # fmt: skip
 
 
@@ -1035,6 +1082,11 @@ def _config_errors(
         reasons.append(
             "row_maxnreg caps the separate qkv-rows and post-rows kernels of variants 'heads' "
             f"and 'rows' without attn_post; got variant={variant!r}, attn_post={tiling.attn_post}"
+        )
+    if tiling.fold_residual and (variant not in ("heads", "rows") or tiling.attn_post):
+        reasons.append(
+            "fold_residual applies to the post-rows kernel of variants 'heads' and 'rows' "
+            f"without attn_post; got variant={variant!r}, attn_post={tiling.attn_post}"
         )
     if tiling.next_qkv and (variant != "rows" or tiling.attn_post):
         reasons.append(
@@ -1331,6 +1383,7 @@ def _launch_layer(
         NEXT_QKV=next_w is not None,
         BLOCK_N=min(block_d, 64),
         USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
+        FOLD_RESIDUAL=tiling.fold_residual,
         num_warps=tiling.row_warps,
         **maxnreg_launch(tiling.row_maxnreg),
         **pdl_launch(tiling.pdl),

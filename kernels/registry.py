@@ -407,10 +407,13 @@ def _run_layer(
     dependent launch (compiled on sm_90+ only), "pdlend" with its trigger after each
     kernel's last store; "nreg": the row kernels capped at ``NREG_CHECK_CAP`` registers a
     thread, low enough to spill (compiled only; the interpreter runs the same arithmetic);
-    "gelu" (last of all): the FFN's GELU as ``kernels._common.gelu_poly``."""
+    "gelu" (last but "fold"): the FFN's GELU as ``kernels._common.gelu_poly``; "fold" (last
+    of all): the post rows' output projection accumulated onto the residual."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    fold_residual = padding.endswith("fold")
+    padding = padding.removesuffix("fold").removesuffix("-")
     gelu_poly = padding.endswith("gelu")
     padding = padding.removesuffix("gelu").removesuffix("-")
     row_maxnreg = NREG_CHECK_CAP if padding.endswith("nreg") else 0
@@ -470,6 +473,7 @@ def _run_layer(
                 pdl_trigger=pdl_trigger,
                 row_maxnreg=row_maxnreg,
                 gelu_poly=gelu_poly,
+                fold_residual=fold_residual,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -619,6 +623,10 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("heads", "fp16", "padded-staged-gelu", True),
         ("seq", "fp16", "padded-gelu", True),
         ("rows", "fp16", "masked-staged-f16-post-gelu", True),
+        ("rows", "fp16", "masked-bounds-chain-gelu-fold", True),
+        ("heads", "ieee", "padded-fold", True),
+        ("rows", "fp16", "masked-staged-f16-fold", True),
+        ("rows", "fp16", "fold", False),
     )
     if _compiled_on_hopper():  # programmatic dependent launch: compiled, sm_90+ only
         layer_cases += (

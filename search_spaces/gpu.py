@@ -143,6 +143,10 @@ SPACE = {
         # 2.6e-5 of it; session 22's PC sampling: 13-21% of the post rows kernel's samples
         # on the erf GELU).
         {"name": "ffn_gelu", "values": ["erf", "poly"], "when": {"fused_layer": [*_LAYERS, "seq"]}},
+        # Post rows whose output projection accumulates onto x + bo: the residual's load
+        # before the projection's loop (session 22's PC sampling: 13.4% of case 6's post
+        # rows samples on that load after it).
+        {"name": "row_fold_residual", "values": [False, True], "when": {"fused_layer": _LAYERS}},
         # Not searched: row_maxnreg (a cap on the row kernels' registers). Measured in
         # session 22 (docs/logs/s22/s22_maxnreg.log, s22_cap4.log): with 8 row warps capped
         # at 128 (16 warps an SM) 0.91x the entry on case 6, 0.95x on 13 and 1; with 4 warps
@@ -205,6 +209,8 @@ SPACE = {
         # The chain follows the post rows kernel, which row_attn_post folds into attention.
         {"forbid": {"row_attn_post": [True], "row_next_qkv": [True]}},
         {"forbid": {"row_attn_post": [True], "pdl": [True]}},
+        # attn_post accumulates the projection head by head: no fold there.
+        {"forbid": {"row_fold_residual": [True], "row_attn_post": [True]}},
     ],
     "enqueue": [
         {},

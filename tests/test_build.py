@@ -320,6 +320,17 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
         capped = layer.replace(row_maxnreg=128, **other)
         assert any("without row_attn_post; got" in r
                    for r in not_supported_reasons(capped, cfg, hopper)), other  # fmt: skip
+    # row_fold_residual: the post rows kernel of heads and rows only.
+    for plan in (layer.replace(row_fold_residual=True), chained.replace(row_fold_residual=True)):
+        shape = long if plan.fused_layer == "rows" else cfg
+        assert not_supported_reasons(plan, shape, hopper) == [], plan
+    folded = layer.replace(row_fold_residual=True, fused_layer="none")
+    assert any("row_fold_residual=True applies to the post-attention rows kernel" in r
+               for r in not_supported_reasons(folded, cfg, hopper))  # fmt: skip
+    for other in ({"fused_layer": "seq"}, {"fused_layer": "rows", "row_attn_post": True}):
+        folded = layer.replace(row_fold_residual=True, **other)
+        assert any("row_fold_residual=True applies" in r and "without row_attn_post" in r
+                   for r in not_supported_reasons(folded, cfg, hopper)), other  # fmt: skip
     # pdl_trigger=end: the trigger after each kernel's last store; it needs pdl.
     assert not_supported_reasons(layer.replace(pdl=True, pdl_trigger="end"), cfg, hopper) == []
     for fused in ("heads", "rows", "seq", "none"):

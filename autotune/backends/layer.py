@@ -47,6 +47,11 @@ class NoFusedLayer(FusedLayerFamily):
                 f"row_maxnreg={plan.row_maxnreg} caps the registers of the row kernels of "
                 "fused_layer=heads or rows; got fused_layer=none"
             )
+        if plan.row_fold_residual:
+            reasons.append(
+                "row_fold_residual=True applies to the post-attention rows kernel of "
+                "fused_layer=heads or rows; got fused_layer=none"
+            )
         if plan.row_ffn_block:
             reasons.append(
                 f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
@@ -97,6 +102,7 @@ def tiling(plan: Any) -> Any:
         row_warps=plan.row_warps,
         mask_bounds=plan.mask_bounds,
         stage_residual=plan.row_stage,
+        fold_residual=plan.row_fold_residual,
         ffn_block=plan.row_ffn_block,
         gelu_poly=plan.ffn_gelu == "poly",
         row_maxnreg=plan.row_maxnreg,
@@ -157,6 +163,12 @@ class _FusedLayer(FusedLayerFamily):
             reasons.append(
                 f"row_maxnreg={plan.row_maxnreg} caps the registers of the separate QKV rows "
                 "and post rows kernels of fused_layer=heads or rows without row_attn_post; got "
+                f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
+            )
+        if plan.row_fold_residual and (self.value == "seq" or plan.row_attn_post):
+            reasons.append(
+                "row_fold_residual=True applies to the post-attention rows kernel of "
+                "fused_layer=heads or rows without row_attn_post; got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
             )
         for knob in ("compile", "batch_chunk", "host_io", "query_chunk"):

@@ -498,6 +498,41 @@ def test_row_maxnreg_caps_only_and_keeps_the_arithmetic(device: str) -> None:
                       tiling=Tiling(**common, row_maxnreg=128, **tiles))  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("variant", "precision", "mask_kind", "extra"),
+    [
+        ("rows", "fp16", "holes", {"next_qkv": True}),
+        ("rows", "ieee", "right-padded", {"stage_residual": True}),
+        ("heads", "fp16", "right-padded", {}),
+        ("rows", "fp16", "none", {"stage_residual": True, "ffn_block": 16}),
+    ],
+)
+def test_fold_residual_starts_the_projection_at_x_and_keeps_the_answer(
+    variant, precision, mask_kind, extra, device
+) -> None:
+    """fold_residual: the output projection accumulates onto x + bo (padded rows' context
+    not loaded, their bo left out) instead of having x added after it. The same sums in
+    another order: close to the unfolded stack, within the rule, x untouched; refused
+    where there is no separate post rows kernel."""
+    kwargs = dict(variant=variant, precision=precision, mask_kind=mask_kind, causal=True)
+    common = dict(block_m=16, block_n=16, row_block=16, **extra)
+    plain, reference, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
+    folded, _, x_change = run_stack(
+        **kwargs, tiling=Tiling(**common, fold_residual=True), device=device
+    )
+    # fp32 rounding apart; with fp16 operands a last-bit change of x1 can flip the fp16
+    # rounding of a LayerNorm output, whose error the rest of the layer carries.
+    tol = 1e-5 if precision == "ieee" else 1e-3
+    torch.testing.assert_close(folded, plain, rtol=tol, atol=tol)
+    assert not torch.equal(folded, plain)  # the knob reached the kernel: another order of sums
+    assert compare(folded.cpu(), reference, PROJECT_RULE).passed
+    assert torch.count_nonzero(x_change) == 0
+    for other, tiles in (("seq", {}), ("rows", {"attn_post": True, "next_qkv": False})):
+        with pytest.raises(ValueError, match="fold_residual applies to the post-rows kernel"):
+            run_stack(**dict(kwargs, variant=other), device=device,
+                      tiling=Tiling(**dict(common, **tiles), fold_residual=True))  # fmt: skip
+
+
 @triton.jit
 def _gelu_kernel(x_ptr, out_ptr, n, POLY: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -224,6 +224,23 @@ def test_the_plans_row_maxnreg_reaches_the_row_kernels_only(tmp_path: Path) -> N
     assert heads[0] > 128  # the attention kernel is not capped
 
 
+def test_the_plans_row_fold_residual_reaches_the_post_rows_kernel_only(tmp_path: Path) -> None:
+    """row_fold_residual starts the output projection at x + bo: the post rows kernel's code
+    changes (the residual's load moves before the projection's loop), the attention's not."""
+    _needs_compiler()
+    sass = {}
+    for fold in (False, True):
+        out = tmp_path / f"fold{fold}.json"
+        plan = dict(HEADS, row_fold_residual=fold)
+        done = _inspect("--cases", "2", "--plan", json.dumps(plan), "--json", str(out))
+        assert done.returncode == 0, done.stderr[-2000:]
+        (record,) = json.loads(out.read_text())
+        for k in record["kernels"]:
+            sass.setdefault((k["name"], fold), []).append(k["sass"])
+    assert sass["_post_rows_kernel", True] != sass["_post_rows_kernel", False]
+    assert sass["_heads_attention_kernel", True] == sass["_heads_attention_kernel", False]
+
+
 def test_row_maxnreg_caps_the_qkv_rows_kernel_too(tmp_path: Path) -> None:
     """A rows plan at 128-row tiles with 4 row warps, compiled for case 1: uncapped its qkv
     rows (188 registers with Triton 3.9; 105 at 64-row tiles since the packed QKV loop) and
