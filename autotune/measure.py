@@ -280,6 +280,21 @@ def paired_stats(
     )
 
 
+def pair_noise(a: TimingStats, b: TimingStats) -> float:
+    """The noise of comparing two candidates timed in the same interleaved rounds: the
+    largest relative disagreement of a round's ratio of their medians with the overall
+    ratio. The reference's own swings between rounds (a launch-bound eager forward follows
+    its host) move both candidates' speedups alike and cancel here; in each one's speedup
+    noise they do not (session 23's export of case 1: the challenger, the incumbent and the
+    anchor all at 14.6-14.7%). Without aligned rounds (older records), the larger of the
+    two speedup noises."""
+    ra, rb = a.cand_round_medians, b.cand_round_medians
+    if not ra or len(ra) != len(rb) or min(*ra, *rb) <= 0 or b.cand_median_ms <= 0:
+        return max(a.noise, b.noise)
+    overall = a.cand_median_ms / b.cand_median_ms
+    return max(abs(x / y / overall - 1.0) for x, y in zip(ra, rb, strict=True))
+
+
 def measure_paired(
     reference: Forward, candidate: Forward, settings: TimingSettings, *, cuda: bool
 ) -> TimingStats:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import optuna
@@ -198,6 +199,52 @@ def test_a_host_bound_finalist_loses_to_a_graph_a_little_slower(monkeypatch) -> 
     # With its host time unknown (the CPU; older records) the median decides, as before.
     measured[host_bound] = (1.206, None)
     assert pick([host_bound, graphed]).plan == host_bound
+
+
+def test_a_challenger_is_held_to_the_noise_of_its_ratio_to_the_incumbent(monkeypatch) -> None:
+    """Session 23's export of case 1: the reference swung 15% between rounds, so the
+    challenger, the incumbent and the anchor each read 14.6-14.7% of speedup noise, and an
+    8.2% faster challenger was kept out. Timed in the same rounds, their ratio is steady:
+    it replaces the incumbent. A challenger whose lead changes from round to round does
+    not; without round medians (older records) the speedup noises decide, as before."""
+    from autotune.measure import pair_noise, paired_stats
+
+    ref = (2.385, [2.05, 2.385, 2.74])  # about 15% either way
+    rounds = {
+        "incumbent": (0.10757, [0.1081, 0.10757, 0.1072]),
+        "steady": (0.09938, [0.0997, 0.09938, 0.0990]),
+        "erratic": (0.09938, [0.0890, 0.09938, 0.1120]),
+    }
+    stats = {k: paired_stats(ref, v, 100, True) for k, v in rounds.items()}
+    assert stats["steady"].noise > 0.12 and stats["incumbent"].noise > 0.12
+    assert pair_noise(stats["steady"], stats["incumbent"]) < 0.01
+    assert pair_noise(stats["erratic"], stats["incumbent"]) > 0.09
+    bare = {k: dataclasses.replace(v, cand_round_medians=()) for k, v in stats.items()}
+    assert pair_noise(bare["steady"], bare["incumbent"]) == max(
+        bare["steady"].noise, bare["incumbent"].noise
+    )
+    incumbent = Plan(attention="sdpa_math", heads="strided")
+    challenger = Plan(attention="sdpa_math", qkv="packed")
+
+    def pick(which: dict[str, TimingStats], name: str):
+        measured = {incumbent: which["incumbent"], challenger: which[name]}
+
+        def fake_evaluate_many(bench, plans, **_):
+            return [Outcome(OutcomeKind.PASSED, timing=measured[p], seeds_checked=5) for p in plans]
+
+        monkeypatch.setattr(select, "evaluate_many", fake_evaluate_many)
+        monkeypatch.setattr(select, "finalists", lambda *a, **k: [_frozen(challenger)])
+        bench = CaseBench(get_case("smoke-1"), detect_device("cpu"))
+        study = optuna.create_study(study_name="s", directions=["minimize"])
+        inc = Incumbent(incumbent, "s", 1)
+        return select_winner(study, select_profile("cpu"), bench, incumbent=inc, anchors=())
+
+    won = pick(stats, "steady")
+    assert won.plan == challenger and "replaces the incumbent: 8.2% faster" in won.reason
+    assert "(of the two's ratio round by round, or 2%)" in won.reason
+    kept = pick(stats, "erratic")
+    assert kept.plan == incumbent and "incumbent kept" in kept.reason
+    assert pick(bare, "steady").plan == incumbent  # 14.7% noise, as the old records read
 
 
 def _frozen(plan: Plan) -> optuna.trial.FrozenTrial:

@@ -18,7 +18,7 @@ from autotune.core.outcome import HOST_HEADROOM, OutcomeKind, TimingStats, robus
 from autotune.core.profiles import ProfileSelection
 from autotune.evaluate import evaluate_many
 from autotune.judge.gate import SELECTION_GATE, CaseBench, GateSettings
-from autotune.measure import MIN_GAIN, TimingSettings
+from autotune.measure import MIN_GAIN, TimingSettings, pair_noise
 from autotune.plan import ANCHORS, REFERENCE_PLAN, Plan
 from autotune.search import trials
 
@@ -130,7 +130,8 @@ def select_winner(
 ) -> Winner:
     """Re-verify and re-time the finalists (and the incumbent) against the reference in
     one interleaved run. A challenger replaces the incumbent only when it beats it by more
-    than the noise; any winner must beat the reference by more than the noise.
+    than the noise of the two's ratio round by round (``pair_noise``) and ``MIN_GAIN``; any
+    winner must beat the reference by more than its noise.
 
     ``anchors`` (names of ``plan.ANCHORS``: what a user writes in one line) are measured
     in the same run; one that is faster than the pick ships instead, so the table is never
@@ -263,17 +264,21 @@ def select_winner(
     if held and best is not held[0]:
         inc = held[0]
         over = pace(best) / pace(inc) - 1.0
-        margin = max(best[0].noise, inc[0].noise, MIN_GAIN)
+        # The two were timed in the same rounds: the noise of their ratio, not of each
+        # one's speedup over the reference (which the reference's swings dominate).
+        margin = max(pair_noise(best[0], inc[0]), MIN_GAIN)
         how = host_note(inc, "the incumbent") if paced(inc) and inc is quickest_median else ""
         if over <= margin:
             reason = (
                 f"incumbent kept: the best challenger {best[2].describe()} was "
-                f"{100 * over:.1f}% faster, not above the noise {100 * margin:.1f}%"
+                f"{100 * over:.1f}% faster, not above the noise {100 * margin:.1f}% (of the "
+                "two's ratio round by round, or 2%)"
             )
             best = inc
         else:
             reason = (
-                f"replaces the incumbent: {100 * over:.1f}% faster{how} > noise {100 * margin:.1f}%"
+                f"replaces the incumbent: {100 * over:.1f}% faster{how} > noise "
+                f"{100 * margin:.1f}% (of the two's ratio round by round, or 2%)"
             )
     elif held:
         reason = "incumbent re-measured fastest"
