@@ -166,6 +166,20 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "attn_maxnreg",
+        0,
+        "Triton attention (attention=triton, per layer or in fused_layer=rows without "
+        "row_attn_post): the most registers a thread of the flash attention kernel may hold, "
+        "ptxas's maxnreg (0: the compiler's choice); more programs resident an SM, or spills "
+        "(`autotune kernels inspect` shows both; the same arithmetic)",
+        choices=(0, 80, 96, 128),
+        needs={
+            v: "attention=triton, fused_layer none or rows without row_attn_post"
+            for v in (80, 96, 128)
+        },
+        group="kernels",
+    ),
+    Knob(
         "layernorm",
         "torch",
         "LayerNorm: torch ops, or the fused residual-add + LayerNorm + row-zeroing Triton kernel",
@@ -424,6 +438,7 @@ class Plan:
     attn_block_n: int = 64
     attn_warps: int = 4
     attn_stages: int = 2
+    attn_maxnreg: int = 0
     layernorm: str = "torch"
     ffn_act: str = "torch"
     poly_chunk: int = 256
@@ -443,8 +458,8 @@ class Plan:
     row_ffn_block: int = 0
     ffn_gelu: str = "erf"
     row_maxnreg: int = 0
-    row_stage: bool = False
     row_fold_residual: bool = False
+    row_stage: bool = False
     row_attn_post: bool = False
     row_next_qkv: bool = False
     pdl: bool = False

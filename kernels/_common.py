@@ -102,6 +102,16 @@ def pdl_reasons(device_type: str, capability: tuple[int, int] | None) -> list[st
 MIN_MAXNREG, MAX_MAXNREG = 24, 255
 
 
+def maxnreg_errors(name: str, maxnreg: int) -> list[str]:
+    """Why ``maxnreg`` is not a register cap ptxas takes ([] when it is, or 0)."""
+    if maxnreg and not MIN_MAXNREG <= maxnreg <= MAX_MAXNREG:
+        return [
+            f"{name} must be 0 (the compiler's choice) or in {MIN_MAXNREG}..{MAX_MAXNREG} "
+            f"registers a thread, got {maxnreg}"
+        ]
+    return []
+
+
 def maxnreg_launch(maxnreg: int) -> dict[str, int]:
     """The launch option capping a kernel's registers a thread, only when set (0: the
     compiler's choice, a launch exactly as before)."""

@@ -28,6 +28,8 @@ from kernels._common import (
     gdc_mode,
     grid_dependency_enter,
     grid_dependency_exit,
+    maxnreg_errors,
+    maxnreg_launch,
     padded_head_dim,
     pdl_launch,
 )
@@ -620,6 +622,7 @@ def attention(
     precision: str = "tf32",
     pdl: bool = False,
     pdl_trigger: str = "start",
+    maxnreg: int = 0,
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``
     float32). ``out`` may be float16: computed in fp32, rounded once on the store.
@@ -636,6 +639,8 @@ def attention(
     dependent launch (Hopper+, compiled only): it may start while the previous kernel of
     the stream runs and waits for it before its first load; ``pdl_trigger`` says where it
     lets the next kernel launch ("start": after that wait; "end": after its last store).
+    ``maxnreg``: the most registers a thread may hold (ptxas's maxnreg; 0: the compiler's
+    choice); the same arithmetic.
     """
     check_precision(precision)
     use_gdc = gdc_mode(pdl, pdl_trigger)
@@ -649,6 +654,7 @@ def attention(
         num_stages=num_stages,
         precision=precision,
     )
+    errors += maxnreg_errors("maxnreg", maxnreg)
     if errors:
         raise ValueError("; ".join(errors))
     if out is None:
@@ -715,5 +721,6 @@ def attention(
         num_warps=num_warps,
         num_stages=num_stages,
         **pdl_launch(pdl),
+        **maxnreg_launch(maxnreg),
     )
     return out

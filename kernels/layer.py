@@ -72,15 +72,14 @@ from kernels import _triton
 from kernels import attention as flash
 from kernels._common import (
     MAX_FUSED_ROW_TILE,
-    MAX_MAXNREG,
     MAX_SEQ_ROW_TILE,
     MIN_BLOCK,
-    MIN_MAXNREG,
     check_int32_offsets,
     fused_row_tile_reasons,
     gdc_mode,
     grid_dependency_enter,
     grid_dependency_exit,
+    maxnreg_errors,
     maxnreg_launch,
     padded_dim,
     pdl_launch,
@@ -224,6 +223,9 @@ class Tiling:
     # hold, ptxas's maxnreg (0: the compiler's choice). Fewer registers, more programs
     # resident to hide latency; too few spill. The same arithmetic.
     row_maxnreg: int = 0
+    # rows (without attn_post): the most registers a thread of the flash attention kernel
+    # may hold (ptxas's maxnreg; 0: the compiler's choice). The same arithmetic.
+    attn_maxnreg: int = 0
     # rows: the flash attention and the post-rows kernel as one kernel (two launches a
     # layer): a program per (query block, sequence) runs every head in turn, accumulates
     # the output projection and goes on to the FFN of its rows (attn_block_m rows,
@@ -256,11 +258,10 @@ class Tiling:
             raise ValueError(
                 f"tiling.ffn_block must be 0 or a power of two >= 16, got {self.ffn_block}"
             )
-        if self.row_maxnreg and not MIN_MAXNREG <= self.row_maxnreg <= MAX_MAXNREG:
-            raise ValueError(
-                f"tiling.row_maxnreg must be 0 (the compiler's choice) or in {MIN_MAXNREG}.."
-                f"{MAX_MAXNREG} registers a thread, got {self.row_maxnreg}"
-            )
+        errors = maxnreg_errors("tiling.row_maxnreg", self.row_maxnreg)
+        errors += maxnreg_errors("tiling.attn_maxnreg", self.attn_maxnreg)
+        if errors:
+            raise ValueError("; ".join(errors))
 
 
 def ffn_chunk(d_model: int, ffn_dim: int, chosen: int = 0) -> int:
@@ -1088,6 +1089,12 @@ def _config_errors(
             "fold_residual applies to the post-rows kernel of variants 'heads' and 'rows' "
             f"without attn_post; got variant={variant!r}, attn_post={tiling.attn_post}"
         )
+    if tiling.attn_maxnreg and (variant != "rows" or tiling.attn_post):
+        reasons.append(
+            "attn_maxnreg caps the flash attention kernel of variant 'rows' without attn_post "
+            f"(the other variants fuse the attention into their own kernels); got "
+            f"variant={variant!r}, attn_post={tiling.attn_post}"
+        )
     if tiling.next_qkv and (variant != "rows" or tiling.attn_post):
         reasons.append(
             "next_qkv applies to variant='rows' without attn_post: its post-rows kernel "
@@ -1357,6 +1364,7 @@ def _launch_layer(
             precision=attn_precision,
             pdl=tiling.pdl,
             pdl_trigger=tiling.pdl_trigger,
+            maxnreg=tiling.attn_maxnreg,
         )
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,

@@ -147,6 +147,17 @@ SPACE = {
         # before the projection's loop (session 22's PC sampling: 13.4% of case 6's post
         # rows samples on that load after it).
         {"name": "row_fold_residual", "values": [False, True], "when": {"fused_layer": _LAYERS}},
+        # The flash attention's registers capped (session 22's probe, docs/logs/s22/
+        # s22_probe.log: capped at 80 its time on case 6 -4.3%, at 96 on case 13 -3.7%).
+        {
+            "name": "attn_maxnreg",
+            "values": [0, 80, 96],
+            "when": {
+                "attention": ["triton"],
+                "fused_block": [False],
+                "fused_layer": ["none", "rows"],
+            },
+        },
         # Not searched: row_maxnreg (a cap on the row kernels' registers). Measured in
         # session 22 (docs/logs/s22/s22_maxnreg.log, s22_cap4.log): with 8 row warps capped
         # at 128 (16 warps an SM) 0.91x the entry on case 6, 0.95x on 13 and 1; with 4 warps
@@ -211,6 +222,7 @@ SPACE = {
         {"forbid": {"row_attn_post": [True], "pdl": [True]}},
         # attn_post accumulates the projection head by head: no fold there.
         {"forbid": {"row_fold_residual": [True], "row_attn_post": [True]}},
+        {"forbid": {"attn_maxnreg": [80, 96], "row_attn_post": [True]}},
     ],
     "enqueue": [
         {},

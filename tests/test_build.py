@@ -331,6 +331,21 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
         folded = layer.replace(row_fold_residual=True, **other)
         assert any("row_fold_residual=True applies" in r and "without row_attn_post" in r
                    for r in not_supported_reasons(folded, cfg, hopper)), other  # fmt: skip
+    # attn_maxnreg: the flash attention kernel (per layer, or in rows without attn_post).
+    per_layer_triton = Plan(attention="triton", attn_maxnreg=96)
+    for plan in (per_layer_triton, chained.replace(attn_maxnreg=96)):
+        shape = long if plan.fused_layer == "rows" else cfg
+        assert not_supported_reasons(plan, shape, hopper) == [], plan
+    for plan, words in (
+        (Plan(attention="sdpa_math", attn_maxnreg=96), "attn_maxnreg=96 caps the registers"),
+        (layer.replace(attn_maxnreg=96), "got fused_layer=heads"),
+        (chained.replace(attn_maxnreg=96, row_attn_post=True, row_next_qkv=False),
+         "row_attn_post=True"),
+        (Plan(attention="triton", fused_block=True, attn_maxnreg=96),
+         "fused_block runs the attention inside its own kernel"),
+    ):  # fmt: skip
+        reasons = not_supported_reasons(plan, cfg, hopper)
+        assert any(words in r for r in reasons), (plan, reasons)
     # pdl_trigger=end: the trigger after each kernel's last store; it needs pdl.
     assert not_supported_reasons(layer.replace(pdl=True, pdl_trigger="end"), cfg, hopper) == []
     for fused in ("heads", "rows", "seq", "none"):

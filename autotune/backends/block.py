@@ -38,6 +38,11 @@ class FusedBlock(BlockBackend):
                 "fused_block runs every product at one operand precision: set gemm_precision "
                 f"= attn_precision ({plan.attn_precision}), got {plan.gemm_precision}"
             )
+        if plan.attn_maxnreg:
+            reasons.append(
+                f"attn_maxnreg={plan.attn_maxnreg} caps the flash attention kernel; "
+                "fused_block runs the attention inside its own kernel"
+            )
         return reasons + fused.not_supported_reasons(
             seq_len=config.seq_len,
             d_model=config.d_model,

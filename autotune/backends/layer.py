@@ -52,6 +52,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_fold_residual=True applies to the post-attention rows kernel of "
                 "fused_layer=heads or rows; got fused_layer=none"
             )
+        if plan.attn_maxnreg and plan.attention != "triton":
+            reasons.append(
+                f"attn_maxnreg={plan.attn_maxnreg} caps the registers of the project's Triton "
+                f"attention (attention=triton); got attention={plan.attention}"
+            )
         if plan.row_ffn_block:
             reasons.append(
                 f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
@@ -106,6 +111,7 @@ def tiling(plan: Any) -> Any:
         ffn_block=plan.row_ffn_block,
         gelu_poly=plan.ffn_gelu == "poly",
         row_maxnreg=plan.row_maxnreg,
+        attn_maxnreg=plan.attn_maxnreg,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
         pdl=plan.pdl,
@@ -164,6 +170,13 @@ class _FusedLayer(FusedLayerFamily):
                 f"row_maxnreg={plan.row_maxnreg} caps the registers of the separate QKV rows "
                 "and post rows kernels of fused_layer=heads or rows without row_attn_post; got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
+            )
+        if plan.attn_maxnreg and (self.value != "rows" or plan.row_attn_post):
+            reasons.append(
+                f"attn_maxnreg={plan.attn_maxnreg} caps the flash attention kernel of "
+                "fused_layer=rows without row_attn_post (heads and seq fuse the attention into "
+                f"their own kernels); got fused_layer={self.value}, "
+                f"row_attn_post={plan.row_attn_post}"
             )
         if plan.row_fold_residual and (self.value == "seq" or plan.row_attn_post):
             reasons.append(

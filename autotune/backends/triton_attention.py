@@ -77,5 +77,6 @@ class TritonAttention(AttentionBackend):
             out=out.view(shape),
             **tiles(call.plan).kwargs(),
             precision=triton_precision(call.plan.attn_precision),
+            maxnreg=call.plan.attn_maxnreg,
         )
         return out

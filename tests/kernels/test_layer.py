@@ -533,6 +533,23 @@ def test_fold_residual_starts_the_projection_at_x_and_keeps_the_answer(
                       tiling=Tiling(**dict(common, **tiles), fold_residual=True))  # fmt: skip
 
 
+def test_attn_maxnreg_caps_the_flash_attention_and_keeps_the_arithmetic(device: str) -> None:
+    """A register cap on the flash attention of variant rows changes no value (ignored by
+    the interpreter; compiled, at most local memory); bad caps and the variants whose
+    attention lives in their own kernels are refused with the value and the way out."""
+    common = dict(block_m=16, block_n=16, row_block=16)
+    kwargs = dict(variant="rows", precision="fp16", mask_kind="holes", causal=True)
+    plain, _, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
+    capped, _, _ = run_stack(**kwargs, tiling=Tiling(**common, attn_maxnreg=64), device=device)
+    assert torch.equal(capped, plain)
+    with pytest.raises(ValueError, match=r"tiling\.attn_maxnreg must be 0 .* or in 24\.\.255"):
+        Tiling(**common, attn_maxnreg=300)
+    for other, tiles in (("heads", {}), ("seq", {}), ("rows", {"attn_post": True})):
+        with pytest.raises(ValueError, match="attn_maxnreg caps the flash attention kernel"):
+            run_stack(**dict(kwargs, variant=other), device=device,
+                      tiling=Tiling(**common, attn_maxnreg=96, **tiles))  # fmt: skip
+
+
 @triton.jit
 def _gelu_kernel(x_ptr, out_ptr, n, POLY: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

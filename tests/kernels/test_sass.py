@@ -241,6 +241,34 @@ def test_the_plans_row_fold_residual_reaches_the_post_rows_kernel_only(tmp_path:
     assert sass["_heads_attention_kernel", True] == sass["_heads_attention_kernel", False]
 
 
+def test_the_plans_attn_maxnreg_caps_the_flash_attention_only(tmp_path: Path) -> None:
+    """Case 1's rows plan: its flash attention holds 111 registers (Triton 3.6); capped at
+    80 it holds at most 80, and the row kernels keep theirs."""
+    _needs_compiler()
+    rows = {
+        "attention": "triton",
+        "fused_layer": "rows",
+        "attn_precision": "fp16",
+        "gemm_precision": "fp16",
+        "row_block": 64,
+        "row_ffn_block": 32,
+        "row_stage": True,
+    }
+    regs = {}
+    for cap in (0, 80):
+        out = tmp_path / f"attn{cap}.json"
+        plan = json.dumps(dict(rows, attn_maxnreg=cap))
+        done = _inspect("--cases", "1", "--plan", plan, "--json", str(out))
+        assert done.returncode == 0, done.stderr[-2000:]
+        (record,) = json.loads(out.read_text())
+        for k in record["kernels"]:
+            regs.setdefault((k["name"], cap), []).append(k["registers"])
+    assert min(regs["_attention_fwd_kernel", 0]) > 80
+    assert max(regs["_attention_fwd_kernel", 80]) <= 80
+    for name in ("_qkv_rows_kernel", "_post_rows_kernel"):
+        assert regs[name, 0] == regs[name, 80], name
+
+
 def test_row_maxnreg_caps_the_qkv_rows_kernel_too(tmp_path: Path) -> None:
     """A rows plan at 128-row tiles with 4 row warps, compiled for case 1: uncapped its qkv
     rows (188 registers with Triton 3.9; 105 at 64-row tiles since the packed QKV loop) and
