@@ -289,7 +289,12 @@ def pair_noise(a: TimingStats, b: TimingStats) -> float:
     anchor all at 14.6-14.7%). Without aligned rounds (older records), the larger of the
     two speedup noises."""
     ra, rb = a.cand_round_medians, b.cand_round_medians
-    if not ra or len(ra) != len(rb) or min(*ra, *rb) <= 0 or b.cand_median_ms <= 0:
+    if (
+        not ra
+        or len(ra) != len(rb)
+        or min(*ra, *rb) <= 0
+        or min(a.cand_median_ms, b.cand_median_ms) <= 0
+    ):
         return max(a.noise, b.noise)
     overall = a.cand_median_ms / b.cand_median_ms
     return max(abs(x / y / overall - 1.0) for x, y in zip(ra, rb, strict=True))

@@ -206,10 +206,11 @@ class Tiling:
     # GEMMs (a [row_block, d_model] fp32 tile fewer live: the same result, bit for bit).
     stage_residual: bool = False
     # post rows (heads, rows; not attn_post): the output projection accumulates onto
-    # ``x + bo`` (its context rows of padded tokens not loaded) instead of onto zeros with
-    # ``x`` added after it: the residual's load is issued before the projection's loop,
-    # not after it. The same sums in another order (fp32 rounding apart). (Folding ``x1 +
-    # b2`` into the FFN's accumulator too spilled 72-128 bytes a thread offline, Triton 3.6.)
+    # ``x + bo`` instead of onto zeros with ``x`` added after it: the residual's load is
+    # issued before the projection's loop, not after it. The same output, its sums in
+    # another order (fp32 rounding apart; padded tokens' rows differ until the layer's end
+    # zeroes them). (Folding ``x1 + b2`` into the FFN's accumulator too spilled 72-128 bytes
+    # a thread offline, Triton 3.6.)
     fold_residual: bool = False
     # post rows (heads, rows) and seq: the FFN columns one step handles (BLOCK_F; 0: the
     # default of ``ffn_chunk``). Fewer columns, fewer live registers a step (the FFN's
@@ -523,31 +524,18 @@ def _residual_tail(
 
 
 @triton.jit
-def _rows_valid(key_mask_ptr, rows, row_ok, HAS_KEY_MASK: tl.constexpr):
-    """The rows that are tokens to keep: ``row_ok``, and with a key mask its byte of each
-    row (rows are token indices) nonzero."""
-    valid = row_ok
-    if HAS_KEY_MASK:
-        valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
-    return valid
-
-
-@triton.jit
-def _residual_start(
-    x_ptr, key_mask_ptr, bo_ptr, rows, row_ok, offs_d, d_ok, d_model,
-    HAS_KEY_MASK: tl.constexpr,
-):  # fmt: skip
-    """With ``fold_residual``: the output projection's starting accumulator ``x + bo``
-    (``bo`` only on valid rows: the reference zeroes padded rows of the attention output)
-    and the rows whose context it loads (the valid ones: a padded row adds nothing)."""
-    valid = _rows_valid(key_mask_ptr, rows, row_ok, HAS_KEY_MASK)
-    bo = tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)
+def _residual_start(x_ptr, bo_ptr, rows, row_ok, offs_d, d_ok, d_model):
+    """With ``fold_residual``: the output projection's starting accumulator ``x + bo``.
+    Padded tokens' rows are not told apart here (that would put the key mask's load ahead
+    of the projection's): their x1 is not the reference's ``x`` but they are zeroed at the
+    layer's end like every padded row, and rows do not mix before that (LayerNorm and FFN
+    are row-wise), so the output is the same."""
     a = tl.load(
         x_ptr + rows[:, None] * d_model + offs_d[None, :],
         mask=row_ok[:, None] & d_ok[None, :],
         other=0.0,
     )
-    return a + tl.where(valid[:, None], bo[None, :], 0.0), valid
+    return a + tl.load(bo_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
 
 
 @triton.jit
@@ -567,7 +555,9 @@ def _post_rows_tail(
     ``x + bo``)."""
     io_mask = row_ok[:, None] & d_ok[None, :]
     offsets = rows[:, None] * d_model + offs_d[None, :]
-    valid = _rows_valid(key_mask_ptr, rows, row_ok, HAS_KEY_MASK)
+    valid = row_ok
+    if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
+        valid = tl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
     if FOLD_RESIDUAL:
         x1 = a
     else:
@@ -677,20 +667,17 @@ def _post_rows_kernel(
     row_ok = offs_m < num_rows
 
     # Output projection of the attention context, BLOCK_K ctx columns at a time: onto
-    # zeros, or with FOLD_RESIDUAL onto x + bo (the context of padded rows not loaded).
+    # zeros, or with FOLD_RESIDUAL onto x + bo.
     if FOLD_RESIDUAL:
-        a, ctx_ok = _residual_start(
-            x_ptr, key_mask_ptr, bo_ptr, rows, row_ok, offs_d, d_ok, d_model, HAS_KEY_MASK
-        )
+        a = _residual_start(x_ptr, bo_ptr, rows, row_ok, offs_d, d_ok, d_model)
     else:
         a = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
-        ctx_ok = row_ok
     for k0 in range(0, d_model, BLOCK_K):
         offs_k = k0 + offs_k0
         k_ok = offs_k < d_model
         c = tl.load(
             ctx_ptr + rows[:, None] * d_model + offs_k[None, :],
-            mask=ctx_ok[:, None] & k_ok[None, :],
+            mask=row_ok[:, None] & k_ok[None, :],
             other=0.0,
         ).to(tl.float32)
         # Wo^T chunk [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k0 + k].

@@ -196,6 +196,8 @@ def test_a_host_bound_finalist_loses_to_a_graph_a_little_slower(monkeypatch) -> 
     winner = pick([graphed], incumbent=host_bound)
     assert winner.plan == graphed and "replaces the incumbent" in winner.reason
     assert "faster with the host 2x slower (the incumbent had the lower median" in winner.reason
+    # Host times are measured once each, outside the rounds: the speedup noises hold them.
+    assert "(the larger speedup noise (a plan paced by its host), or 2%)" in winner.reason
     # With its host time unknown (the CPU; older records) the median decides, as before.
     measured[host_bound] = (1.206, None)
     assert pick([host_bound, graphed]).plan == host_bound
@@ -206,7 +208,7 @@ def test_a_challenger_is_held_to_the_noise_of_its_ratio_to_the_incumbent(monkeyp
     challenger, the incumbent and the anchor each read 14.6-14.7% of speedup noise, and an
     8.2% faster challenger was kept out. Timed in the same rounds, their ratio is steady:
     it replaces the incumbent. A challenger whose lead changes from round to round does
-    not; without round medians (older records) the speedup noises decide, as before."""
+    not; with fewer than three rounds the speedup noises decide, as before."""
     from autotune.measure import pair_noise, paired_stats
 
     ref = (2.385, [2.05, 2.385, 2.74])  # about 15% either way
@@ -241,7 +243,7 @@ def test_a_challenger_is_held_to_the_noise_of_its_ratio_to_the_incumbent(monkeyp
 
     won = pick(stats, "steady")
     assert won.plan == challenger and "replaces the incumbent: 8.2% faster" in won.reason
-    assert "(of the two's ratio round by round, or 2%)" in won.reason
+    assert "(2x that of the two's ratio round by round, or 2%)" in won.reason
     kept = pick(stats, "erratic")
     assert kept.plan == incumbent and "incumbent kept" in kept.reason
     assert pick(bare, "steady").plan == incumbent  # 14.7% noise, as the old records read
