@@ -161,7 +161,8 @@ def select_winner(
 ) -> Winner:
     """Re-verify and re-time the finalists (and the incumbent) against the reference in
     one interleaved run. A challenger replaces the incumbent only when it beats it by more
-    than the noise of the two's ratio round by round (``pair_noise``) and ``MIN_GAIN``; any
+    than ``_incumbent_margin`` (twice the noise of the two's ratio round by round, the
+    larger speedup noise where either is paced by its host; at least ``MIN_GAIN``); any
     winner must beat the reference by more than its noise.
 
     ``anchors`` (names of ``plan.ANCHORS``: what a user writes in one line) are measured
