@@ -591,7 +591,7 @@ def write_report(
         ]
         timed = frame[frame["speedup"].notna()]
         if not timed.empty:
-            geo = math.exp(timed["speedup"].map(math.log).mean())
+            geo = _geomean(timed["speedup"])
             lines += [
                 f"Geometric mean {geo:.2f}x over {len(timed)} cases; worst "
                 f"{timed['speedup'].min():.2f}x.",
