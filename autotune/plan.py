@@ -180,6 +180,21 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "attn_head_chunk",
+        0,
+        "Triton attention per layer (attention=triton, fused_layer none): 0 runs the flash "
+        "form (online softmax over key blocks of attn_block_n); a width holds every key of "
+        "the sequence in one tile (S <= 256) and walks the head dim in chunks of that width, "
+        "an exact softmax: a score tile and one output chunk in registers instead of the whole "
+        "[attn_block_m, head_dim] accumulator (large head dims)",
+        choices=(0, 16, 32, 64, 128),
+        needs={
+            v: "attention=triton, fused_layer none, fused_block false, S <= 256"
+            for v in (16, 32, 64, 128)
+        },
+        group="kernels",
+    ),
+    Knob(
         "layernorm",
         "torch",
         "LayerNorm: torch ops, or the fused residual-add + LayerNorm + row-zeroing Triton kernel",
@@ -439,6 +454,7 @@ class Plan:
     attn_warps: int = 4
     attn_stages: int = 2
     attn_maxnreg: int = 0
+    attn_head_chunk: int = 0
     layernorm: str = "torch"
     ffn_act: str = "torch"
     poly_chunk: int = 256

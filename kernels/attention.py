@@ -52,6 +52,8 @@ from kernels._triton import (
 MIN_HEAD_DIM = 8
 MAX_HEAD_DIM = 256
 LOG2_E = math.log2(math.e)
+# The one-tile form (head_chunk > 0) holds a [block_m, padded seq] score tile in registers.
+MAX_ONE_TILE_KEYS = 256
 
 __all__ = [
     "attention",
@@ -406,6 +408,127 @@ def _attention_fwd_kernel(
     grid_dependency_exit(USE_GDC)
 
 
+@triton.jit
+def _attention_keys_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    o_ptr,
+    key_lengths_ptr,
+    key_mask_ptr,
+    key_bounds_ptr,
+    stride_mb,
+    stride_qb,
+    stride_qs,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_ob,
+    stride_os,
+    stride_oh,
+    num_heads,
+    seq_len,
+    head_dim,
+    qk_scale,
+    CAUSAL: tl.constexpr,
+    HAS_KEY_LENGTHS: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    HAS_KEY_BOUNDS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_DC: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    """Every key of the sequence in one tile (``BLOCK_N >= seq_len``), the head dim in
+    chunks of ``BLOCK_DC``: ``scores = sum_c q[:, c] @ k[:, c]^T``, an exact softmax (no
+    running max, no rescaling), then ``out[:, c] = probs @ v[:, c]`` chunk by chunk, each
+    stored as it is done. At large head dims (case 8: 256) this holds a score tile and one
+    output chunk in registers where the flash form holds the whole ``[BLOCK_M, head_dim]``
+    accumulator beside the query (225-255 registers a thread, spilling at 4 warps).
+
+    The probabilities are normalised before the second product (the reference's order:
+    softmax, round to the operand type, ``probs @ v``); a row with no valid key gives 0."""
+    grid_dependency_enter(USE_GDC)
+    num_m_blocks = tl.cdiv(seq_len, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_bh = pid // num_m_blocks
+    pid_m = num_m_blocks - 1 - pid % num_m_blocks
+    off_b = (pid_bh // num_heads).to(tl.int64)
+    off_h = (pid_bh % num_heads).to(tl.int64)
+    q_base = q_ptr + off_b * stride_qb + off_h * stride_qh
+    k_base = k_ptr + off_b * stride_kb + off_h * stride_kh
+    v_base = v_ptr + off_b * stride_vb + off_h * stride_vh
+    o_base = o_ptr + off_b * stride_ob + off_h * stride_oh
+
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_c = tl.arange(0, BLOCK_DC)
+    row_ok = offs_m < seq_len
+    kv_len = seq_len
+    if HAS_KEY_LENGTHS:
+        kv_len = tl.minimum(tl.load(key_lengths_ptr + off_b).to(tl.int32), seq_len)
+    if HAS_KEY_BOUNDS:  # keys past the last valid one are never loaded (all masked)
+        kv_len = tl.minimum(kv_len, tl.load(key_bounds_ptr + off_b * 2 + 1).to(tl.int32))
+    if CAUSAL:  # no row of this block sees a key past its last row
+        kv_len = tl.minimum(kv_len, start_m + BLOCK_M)
+    n_ok = offs_n < kv_len
+
+    qk = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for d0 in range(0, head_dim, BLOCK_DC):
+        d_ok = d0 + offs_c < head_dim
+        q = tl.load(
+            q_base + offs_m[:, None] * stride_qs + (d0 + offs_c)[None, :],
+            mask=row_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        kt = tl.load(
+            k_base + offs_n[None, :] * stride_ks + (d0 + offs_c)[:, None],
+            mask=n_ok[None, :] & d_ok[:, None],
+            other=0.0,
+        )
+        q = to_operand(q, PRECISION, EMULATE_BF16_DOT)
+        kt = to_operand(kt, PRECISION, EMULATE_BF16_DOT)
+        qk = dot(q, kt, qk, PRECISION, EMULATE_BF16_DOT)
+
+    valid = n_ok[None, :]
+    if HAS_KEY_MASK:
+        km = tl.load(key_mask_ptr + off_b * stride_mb + offs_n, mask=n_ok, other=0)
+        valid = valid & (km != 0)[None, :]
+    if CAUSAL:
+        valid = valid & (offs_n[None, :] <= offs_m[:, None])
+    qk = tl.where(valid, qk * qk_scale, float("-inf"))  # log2 domain: scale * log2(e)
+    m = tl.max(qk, 1)
+    m = tl.where(m == float("-inf"), 0.0, m)  # a row with no valid key: p = 0, not NaN
+    p = tl.exp2(qk - m[:, None])
+    l_sum = tl.sum(p, 1)
+    p = p * (1.0 / tl.where(l_sum == 0.0, 1.0, l_sum))[:, None]
+    p = to_operand(p, PRECISION, EMULATE_BF16_DOT)
+
+    for d0 in range(0, head_dim, BLOCK_DC):
+        d_ok = d0 + offs_c < head_dim
+        v = tl.load(
+            v_base + offs_n[:, None] * stride_vs + (d0 + offs_c)[None, :],
+            mask=n_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        v = to_operand(v, PRECISION, EMULATE_BF16_DOT)
+        out = tl.zeros([BLOCK_M, BLOCK_DC], dtype=tl.float32)
+        out = dot(p, v, out, PRECISION, EMULATE_BF16_DOT)
+        tl.store(
+            o_base + offs_m[:, None] * stride_os + (d0 + offs_c)[None, :],
+            out.to(o_base.dtype.element_ty),  # fp32, or rounded once to a half output
+            mask=row_ok[:, None] & d_ok[None, :],
+        )
+    grid_dependency_exit(USE_GDC)
+
+
 # --------------------------------------------------------------------------------------
 # Planning: what a configuration needs and whether it can run
 # --------------------------------------------------------------------------------------
@@ -442,6 +565,46 @@ def estimate_shared_memory_bytes(
     if precision == "tf32x3":
         need += block_m * block_d * 4
     return need
+
+
+def one_tile_keys(seq_len: int) -> int:
+    """BLOCK_N of the one-tile form: the sequence rounded up to a power of two, >= 16."""
+    return max(MIN_BLOCK, next_power_of_2(seq_len))
+
+
+def _head_chunk_errors(head_chunk: int, seq_len: int) -> list[str]:
+    """Reasons the one-tile form (``head_chunk`` > 0) cannot run at this length."""
+    if head_chunk == 0:
+        return []
+    if not is_power_of_2(head_chunk) or head_chunk < MIN_BLOCK:
+        return [f"head_chunk={head_chunk} must be 0 or a power of two >= {MIN_BLOCK}"]
+    if one_tile_keys(seq_len) > MAX_ONE_TILE_KEYS:
+        return [
+            f"head_chunk={head_chunk} holds every key in one tile: seq_len={seq_len} is over "
+            f"{MAX_ONE_TILE_KEYS}; use head_chunk=0 (the flash form)"
+        ]
+    return []
+
+
+def estimate_one_tile_shared_memory_bytes(
+    *,
+    seq_len: int,
+    block_m: int,
+    head_chunk: int,
+    head_dim: int,
+    num_stages: int,
+    input_bytes: int = 4,
+) -> int:
+    """Shared memory of one program of the one-tile form (``head_chunk`` > 0) in bytes, an
+    upper bound: ``max(num_stages, 1) * (block_m + BLOCK_N) * chunk * input_bytes`` (the
+    query and key chunks staged as loaded, ``input_bytes`` 2 for half inputs, 4 for fp32).
+
+    Against Triton 3.6 for sm_90 (``metadata.shared``, 10 tiles): exact for half inputs at
+    block_m >= 64 (24,576 B at 64 rows, 128 keys, 64-wide chunks, 1 stage; 98,304 B at
+    128-wide chunks, 2 stages), 2x under it at block_m 32; fp32 inputs needed 1/2 to 2/3
+    of it."""
+    chunk = min(head_chunk, padded_head_dim(head_dim))
+    return max(num_stages, 1) * (block_m + one_tile_keys(seq_len)) * chunk * input_bytes
 
 
 def _config_errors(
@@ -484,11 +647,15 @@ def not_supported_reasons(
     capability: tuple[int, int] | None,
     smem_bytes: int | None,
     prune_pointless: bool = True,
+    head_chunk: int = 0,
+    half_inputs: bool = False,
 ) -> list[str]:
     """Why this attention configuration should not run here; empty list = supported.
 
     ``prune_pointless`` also refuses tiles larger than the padded sequence (they run, but
-    waste the search's time); a builder that must serve any shape turns it off."""
+    waste the search's time) and, for the one-tile form (``head_chunk`` > 0), chunks wider
+    than the padded head dim; a builder that must serve any shape turns it off.
+    ``half_inputs``: q, k, v arrive as fp16 / bf16 (the one-tile form's shared memory)."""
     reasons = _config_errors(
         head_dim=head_dim,
         block_m=block_m,
@@ -499,23 +666,41 @@ def not_supported_reasons(
     )
     if seq_len < 1:
         reasons.append(f"seq_len={seq_len} must be >= 1")
+    reasons += _head_chunk_errors(head_chunk, seq_len)
     padded_seq = max(MIN_BLOCK, next_power_of_2(seq_len))
-    for name, value in (("block_m", block_m), ("block_n", block_n)):
+    blocks = (("block_m", block_m),) if head_chunk else (("block_m", block_m), ("block_n", block_n))
+    for name, value in blocks:
         if prune_pointless and is_power_of_2(value) and value > padded_seq:
             reasons.append(f"{name.upper()}={value} > padded seq len {padded_seq}")
-    return launch_reasons(
-        kernel=_attention_fwd_kernel,
-        device_type=device_type,
-        precision=precision,
-        capability=capability,
-        smem_bytes=smem_bytes,
-        smem_needed=lambda: estimate_shared_memory_bytes(
+    padded_d = padded_head_dim(head_dim)
+    if prune_pointless and head_chunk and is_power_of_2(head_chunk) and head_chunk > padded_d:
+        reasons.append(f"head_chunk={head_chunk} > padded head dim {padded_d}")
+
+    def smem_needed() -> int:
+        if head_chunk:
+            return estimate_one_tile_shared_memory_bytes(
+                seq_len=seq_len,
+                block_m=block_m,
+                head_chunk=head_chunk,
+                head_dim=head_dim,
+                num_stages=num_stages,
+                input_bytes=2 if half_inputs else 4,
+            )
+        return estimate_shared_memory_bytes(
             head_dim=head_dim,
             block_m=block_m,
             block_n=block_n,
             num_stages=num_stages,
             precision=precision,
-        ),
+        )
+
+    return launch_reasons(
+        kernel=_attention_keys_kernel if head_chunk else _attention_fwd_kernel,
+        device_type=device_type,
+        precision=precision,
+        capability=capability,
+        smem_bytes=smem_bytes,
+        smem_needed=smem_needed,
         reasons=reasons,
     )
 
@@ -623,6 +808,7 @@ def attention(
     pdl: bool = False,
     pdl_trigger: str = "start",
     maxnreg: int = 0,
+    head_chunk: int = 0,
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``
     float32). ``out`` may be float16: computed in fp32, rounded once on the store.
@@ -641,6 +827,9 @@ def attention(
     lets the next kernel launch ("start": after that wait; "end": after its last store).
     ``maxnreg``: the most registers a thread may hold (ptxas's maxnreg; 0: the compiler's
     choice); the same arithmetic.
+    ``head_chunk`` > 0: every key in one tile and the head dim in chunks of that width
+    (``_attention_keys_kernel``; sequences up to ``MAX_ONE_TILE_KEYS``; ``block_n`` unused):
+    an exact softmax instead of the online one, for short sequences at large head dims.
     """
     check_precision(precision)
     use_gdc = gdc_mode(pdl, pdl_trigger)
@@ -655,6 +844,7 @@ def attention(
         precision=precision,
     )
     errors += maxnreg_errors("maxnreg", maxnreg)
+    errors += _head_chunk_errors(head_chunk, seq_len)
     if errors:
         raise ValueError("; ".join(errors))
     if out is None:
@@ -682,7 +872,13 @@ def attention(
         return out
     block_d = padded_head_dim(head_dim)
     grid = (batch * num_heads * triton.cdiv(seq_len, block_m),)
-    _attention_fwd_kernel[grid](
+    if head_chunk:
+        kernel = _attention_keys_kernel
+        blocks = {"BLOCK_N": one_tile_keys(seq_len), "BLOCK_DC": min(head_chunk, block_d)}
+    else:
+        kernel = _attention_fwd_kernel
+        blocks = {"BLOCK_N": block_n, "BLOCK_D": block_d, "EVEN_D": block_d == head_dim}
+    kernel[grid](
         q,
         k,
         v,
@@ -712,11 +908,9 @@ def attention(
         HAS_KEY_MASK=mask_bytes is not None,
         HAS_KEY_BOUNDS=key_bounds is not None,
         BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        BLOCK_D=block_d,
-        EVEN_D=block_d == head_dim,
+        **blocks,
         PRECISION=precision,
-        EMULATE_BF16_DOT=is_interpreted(_attention_fwd_kernel),
+        EMULATE_BF16_DOT=is_interpreted(kernel),
         USE_GDC=use_gdc,
         num_warps=num_warps,
         num_stages=num_stages,

@@ -97,15 +97,20 @@ class AttentionCase:
     key_mask: bool = False  # a general [B, S] key mask (any pattern), read on the device
     # with key_mask: a valid prefix, holes after it and a masked tail, and key_mask_bounds
     bounds: bool = False
+    # > 0: the one-tile form (every key in one tile, the head dim in chunks of this width)
+    head_chunk: int = 0
 
     @property
     def name(self) -> str:
         mask = "causal" if self.causal else "full"
         pad = "-padded" if self.padded else ("-masked" if self.key_mask else "")
         pad += "-bounds" if self.bounds else ""
+        tiles = f"bm{self.block_m}-" + (
+            f"onetile-hc{self.head_chunk}" if self.head_chunk else f"bn{self.block_n}"
+        )
         return (
             f"attention/{mask}{pad}/B{self.batch}-S{self.seq_len}-H{self.num_heads}-"
-            f"hd{self.head_dim}/bm{self.block_m}-bn{self.block_n}/{self.precision}"
+            f"hd{self.head_dim}/{tiles}/{self.precision}"
         )
 
 
@@ -158,6 +163,7 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
         block_m=case.block_m,
         block_n=case.block_n,
         precision=case.precision,
+        head_chunk=case.head_chunk,
     )
     return _result(out.view(b, s, h, hd), reference, case.precision)
 
@@ -175,6 +181,15 @@ ATTENTION_CASES = (
     AttentionCase(2, 45, 2, 24, causal=False, precision="tf32", key_mask=True),
     AttentionCase(3, 45, 2, 32, causal=True, precision="fp16", key_mask=True, bounds=True),
     AttentionCase(3, 45, 2, 24, causal=False, precision="ieee", key_mask=True, bounds=True),
+    # The one-tile form: head dims in 2-4 chunks (a ragged last one at 40), a 256-key tile
+    # (S = 130), every mask.
+    AttentionCase(2, 37, 2, 40, causal=True, precision="ieee", padded=True, head_chunk=16),
+    AttentionCase(1, 37, 2, 256, causal=True, precision="fp16", block_m=32, head_chunk=64),
+    AttentionCase(2, 130, 1, 64, causal=False, precision="tf32", key_mask=True, head_chunk=32),
+    AttentionCase(
+        3, 45, 2, 32, causal=True, precision="fp16", key_mask=True, bounds=True, head_chunk=16
+    ),
+    AttentionCase(2, 37, 1, 24, causal=False, precision="bf16", padded=True, head_chunk=16),
 )
 
 

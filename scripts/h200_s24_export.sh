@@ -22,6 +22,10 @@
 #   AUTOTUNE_COMMIT=... CASES=11,9,10,4 bash scripts/h200_s24_export.sh
 #   AUTOTUNE_COMMIT=... CASES=2,3,7,12 bash scripts/h200_s24_export.sh
 # Then bench (README, "Measured on the H200") and rebuild the buckets.
+# Session 24 (no device that session) added case 8's one-tile attention plans
+# (docs/plans/c8_onetile_*.json, attn_head_chunk): CASES=8 studies them beside the entry
+# (predicted in docs/kernels_h200.md, "The one-tile attention"):
+#   AUTOTUNE_COMMIT=... CASES=8,11,9,10 bash scripts/h200_s24_export.sh
 # Returned: studies.db, h200.py, s24_export.log.
 set -o pipefail
 source scripts/device_prelude.sh
@@ -44,7 +48,13 @@ overlays = [json.loads(o) for o in sys.argv[2].split(";") if o.strip()]
 for c in sys.argv[1].split(","):
     entry = next((e["plan"] for e in t.entries.values() if e.get("case") == c), None)
     if entry is None or entry.get("fused_layer", "none") not in ("heads", "rows"):
-        print(f"case {c}: no heads/rows entry in tables/h200.py; the overlays do not apply")
+        # A per-layer case (8): its plan files from docs/plans (session 24: the one-tile
+        # attention, docs/plans/c8_onetile_*.json), the overlays do not apply.
+        import glob
+        files = sorted(glob.glob(f"docs/plans/c{c}_onetile_*.json"))
+        for n, f in enumerate(files, 1):
+            json.dump(json.load(open(f)), open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
+        print(f"case {c}: no heads/rows entry; {len(files)} plan file(s) from docs/plans")
         continue
     seen, n = [entry], 0
     for over in overlays:

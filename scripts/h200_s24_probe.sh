@@ -10,7 +10,13 @@
 #   stages hold 73.7 KB of shared memory, 3 blocks an SM; 2 stages 57.3 KB and 102
 #   registers, 4 blocks an SM; 1 stage 32.8 KB, 120 registers, 4). Predicted: QKV rows
 #   (2,410 us in s23_first.log) 5-15% lower at 2 stages; if so, a row_stages knob.
-# About 3 minutes. Returned: s24_probe.log.
+# - Case 8's attention in the one-tile form (attn_head_chunk, built in session 24, which had
+#   no device): the per-layer Triton plan with the flash attention (32/32 tiles: 134
+#   registers, 1 block of 8 warps an SM offline) against the same plan with the one-tile
+#   attention (docs/plans/c8_onetile_*.json: 80-140 registers, 2-4 blocks an SM). Predicted
+#   (docs/kernels_h200.md, "The one-tile attention"): the attention 263 -> 100-140 us a
+#   forward; the forward 1.22 -> 1.08-1.12 ms.
+# About 4 minutes. Returned: s24_probe.log.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
@@ -20,6 +26,19 @@ step "kernels check (compiled): the fold's four checks"
 timeout 120 python3 -m autotune kernels check --match fold 2>&1 | quiet | grep -E "FAIL|passed" \
   | tee -a "$LOG"
 echo "kernels check rc=${PIPESTATUS[0]}" | tee -a "$LOG"
+step "kernels check (compiled): the one-tile attention's five checks"
+timeout 120 python3 -m autotune kernels check --match onetile 2>&1 | quiet \
+  | grep -E "FAIL|passed" | tee -a "$LOG"
+echo "kernels check rc=${PIPESTATUS[0]}" | tee -a "$LOG"
+step "GPU attention tests: the one-tile form"
+KERNELS_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q -p no:cacheprovider \
+  tests/kernels/test_attention.py -k "one_tile" 2>&1 | tail -2 | tee -a "$LOG"
+echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
+step "case 8: the flash attention's plan, then the one-tile attention's four"
+timeout 150 python3 scripts/kernel_profile.py --case 8 --forwards 5 \
+  @docs/plans/c8_triton_fp16_fused_ln.json @docs/plans/c8_onetile_64_w8.json \
+  @docs/plans/c8_onetile_32_w4.json @docs/plans/c8_onetile_64_w8_c128.json \
+  @docs/plans/c8_onetile_64_w4_c32.json 2>&1 | quiet | tee -a "$LOG"
 step "GPU layer tests: the fold, attn_maxnreg, and the five that failed in s23_first.log"
 KERNELS_TEST_DEVICE=cuda timeout 120 python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/test_layer.py -k "fold or maxnreg or support_rules or mask_bounds or staged or ffn_block" \

@@ -50,6 +50,14 @@ def _layer(
     }
 
 
+def _one_tile(block_m: int, warps: int) -> dict:
+    """Case 8's per-layer plan (fp16 GEMMs, the Triton LayerNorm and GELU epilogue, a
+    graph) with the one-tile attention at 64-wide head chunks in 2 stages."""
+    plan = dict(_TRITON_EPILOGUE, gemm_precision="fp16", attn_block_m=block_m)
+    del plan["attn_block_n"]  # unused by the one-tile form (not asked)
+    return dict(plan, attn_warps=warps, attn_stages=2, attn_head_chunk=64)
+
+
 # The rows plans of tables/h200.py v40: the staged residual with 32 FFN columns a step
 # (case 6), and that with key-mask bounds and 3 attention stages (cases 1, 11, 13).
 _ROWS_STAGED = dict(_layer("rows", 64, 64, 4, 2, 64, 4), row_stage=True, row_ffn_block=32)
@@ -114,14 +122,24 @@ SPACE = {
             ],
         },
         {"name": "attn_block_m", "values": [32, 64, 128], "when": {"attention": ["triton"]}},
+        # The per-layer attention with every key in one tile and the head dim in chunks (S <=
+        # 256): case 8's flash attention at head dim 256 held 225-255 registers a thread
+        # (spilling at 4 warps, 1 block an SM); this form 80-140, 3-4 blocks an SM (offline,
+        # Triton 3.6, docs/kernels_h200.md session 24).
+        {
+            "name": "attn_head_chunk",
+            "values": [0, 16, 32, 64, 128],
+            "when": dict(_PER_LAYER, attention=["triton"]),
+        },
         {
             "name": "attn_block_n",
             "values": [32, 64, 128],
-            # heads and rows use it; seq holds every key in one tile
+            # heads and rows use it; seq and the one-tile form hold every key in one tile
             "when": {
                 "attention": ["triton"],
                 "fused_block": [False],
                 "fused_layer": ["none", *_LAYERS],
+                "attn_head_chunk": [0],
             },
         },
         {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton"]}},
@@ -272,6 +290,11 @@ SPACE = {
         _TRITON_EPILOGUE,
         # The same with fp16 GEMM operands: case 8's winner.
         dict(_TRITON_EPILOGUE, gemm_precision="fp16"),
+        # ... with the one-tile attention (head dim in chunks of 64): for case 8's head dim
+        # 256, 64- and 32-row tiles (512 / 1,024 programs; 80 / 140 registers, 3 blocks an
+        # SM offline).
+        _one_tile(64, 8),
+        _one_tile(32, 4),
         {
             "attention": "triton",
             "fused_block": True,

@@ -346,6 +346,24 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     ):  # fmt: skip
         reasons = not_supported_reasons(plan, cfg, hopper)
         assert any(words in r for r in reasons), (plan, reasons)
+    # attn_head_chunk: the one-tile form of the per-layer Triton attention (S <= 256).
+    one_tile = Plan(attention="triton", attn_block_m=16, attn_head_chunk=16)
+    assert not_supported_reasons(one_tile, cfg, hopper) == []
+    wide = one_tile.replace(attn_head_chunk=32)  # runs (one chunk); a search skips it
+    assert not_supported_reasons(wide, cfg, hopper) == []
+    assert not_supported_reasons(wide, cfg, hopper, prune=True) == [
+        "head_chunk=32 > padded head dim 16"
+    ]
+    for plan, shape, words in (
+        (one_tile.replace(attention="sdpa_math"), cfg, "attn_head_chunk=16 picks the one-tile"),
+        (layer.replace(attn_head_chunk=16), cfg, "got fused_layer=heads"),
+        (chained.replace(attn_head_chunk=16), long, "got fused_layer=rows"),
+        (Plan(attention="triton", fused_block=True, attn_head_chunk=16), cfg,
+         "fused_block runs the attention inside its own kernel"),
+        (one_tile, long, "seq_len=300 is over 256; use head_chunk=0"),
+    ):  # fmt: skip
+        reasons = not_supported_reasons(plan, shape, hopper)
+        assert any(words in r for r in reasons), (plan, reasons)
     # pdl_trigger=end: the trigger after each kernel's last store; it needs pdl.
     assert not_supported_reasons(layer.replace(pdl=True, pdl_trigger="end"), cfg, hopper) == []
     for fused in ("heads", "rows", "seq", "none"):

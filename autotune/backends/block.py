@@ -38,6 +38,11 @@ class FusedBlock(BlockBackend):
                 "fused_block runs every product at one operand precision: set gemm_precision "
                 f"= attn_precision ({plan.attn_precision}), got {plan.gemm_precision}"
             )
+        if plan.attn_head_chunk:
+            reasons.append(
+                f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "
+                "per-layer Triton attention; fused_block runs the attention inside its own kernel"
+            )
         if plan.attn_maxnreg:
             reasons.append(
                 f"attn_maxnreg={plan.attn_maxnreg} caps the flash attention kernel; "

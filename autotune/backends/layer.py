@@ -57,6 +57,11 @@ class NoFusedLayer(FusedLayerFamily):
                 f"attn_maxnreg={plan.attn_maxnreg} caps the registers of the project's Triton "
                 f"attention (attention=triton); got attention={plan.attention}"
             )
+        if plan.attn_head_chunk and plan.attention != "triton":
+            reasons.append(
+                f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "
+                f"project's Triton attention (attention=triton); got attention={plan.attention}"
+            )
         if plan.row_ffn_block:
             reasons.append(
                 f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
@@ -177,6 +182,12 @@ class _FusedLayer(FusedLayerFamily):
                 "fused_layer=rows without row_attn_post (heads and seq fuse the attention into "
                 f"their own kernels); got fused_layer={self.value}, "
                 f"row_attn_post={plan.row_attn_post}"
+            )
+        if plan.attn_head_chunk:
+            reasons.append(
+                f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "
+                "per-layer Triton attention (fused_layer=none); the fused layers run their own "
+                f"attention; got fused_layer={self.value}"
             )
         if plan.row_fold_residual and (self.value == "seq" or plan.row_attn_post):
             reasons.append(

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from autotune.backends.base import AttentionBackend, AttentionCall, register
-from autotune.backends.precision import context_dtype, triton_precision
+from autotune.backends.precision import DTYPES, context_dtype, triton_precision
 from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
 
@@ -36,6 +36,10 @@ def attention_kernel_reasons(
         capability=device.capability,
         smem_bytes=device.smem_per_block or None,
         prune_pointless=prune,
+        head_chunk=plan.attn_head_chunk,
+        # q, k, v arrive as the GEMMs' half output when both precisions are that half
+        # (build.py's keep_half hand-off)
+        half_inputs=plan.gemm_precision == plan.attn_precision in DTYPES,
     )
 
 
@@ -78,5 +82,6 @@ class TritonAttention(AttentionBackend):
             **tiles(call.plan).kwargs(),
             precision=triton_precision(call.plan.attn_precision),
             maxnreg=call.plan.attn_maxnreg,
+            head_chunk=call.plan.attn_head_chunk,
         )
         return out

@@ -1,6 +1,8 @@
-"""`autotune kernels inspect`: the kernels a fused-layer plan launches for one case,
-compiled on this machine for the GPU profile's architecture (no GPU needed): registers,
-spills, shared memory, resident blocks an SM, and SASS instructions by class.
+"""`autotune kernels inspect`: the Triton kernels a plan launches for one case (a fused
+layer's, or the per-layer path's attention, LayerNorm and GELU epilogue), compiled on this
+machine for the GPU profile's architecture (no GPU needed): registers, spills, shared
+memory, resident blocks an SM, and SASS instructions by class. The per-layer path's torch
+ops (its cuBLAS GEMMs on the device) run on the CPU meanwhile, on the real shapes.
 
 It answers before any device time is spent what session 21's Nsight Compute run had to
 measure on the H200 (case 2's heads kernel: 255 registers, 2 blocks an SM by registers,
@@ -15,6 +17,8 @@ import json
 import types
 from collections.abc import Sequence
 from typing import Any
+
+import torch
 
 from autotune import backends
 from autotune.build import not_supported_reasons
@@ -72,7 +76,7 @@ def inspect_plan(
 ) -> list[Any]:
     """The ``kernels.sass.KernelStats`` of every kernel one forward of ``plan`` launches on
     ``case``, compiled for ``profile``'s architecture (with ``overrides`` of the compile
-    options, if any). ValueError (with the fix) for a plan that is not a fused layer or
+    options, if any). ValueError (with the fix) for a plan under torch.compile or one
     that the support rules refuse there."""
     from kernels import _triton
 
@@ -89,10 +93,10 @@ def inspect_plan(
             "process with TRITON_INTERPRET=0"
         )
     family = backends.layer_backend(plan)
-    if not getattr(family, "fused", False):
+    if plan.compile != "none":
         raise ValueError(
-            f"plan {plan.describe()!r} runs the per-layer path; inspect covers the fused "
-            "layers: set fused_layer to heads, rows or seq"
+            f"plan {plan.describe()!r} runs under torch.compile, whose kernels Inductor "
+            "generates; inspect covers the project's Triton kernels: set compile none"
         )
     device = profile_device(profile)
     reasons = not_supported_reasons(plan, case.config, device)
@@ -101,15 +105,26 @@ def inspect_plan(
             f"plan {plan.describe()!r} cannot run on case {case.id} on {profile.name}: "
             + "; ".join(reasons)
         )
+    x, mask = generate_random_case(case.config, "cpu", seed=SEED)
+    capability = profile.capability
+    assert capability is not None
+    arch = capability[0] * 10 + capability[1]
+    if not getattr(family, "fused", False):
+        from autotune.build import MASK_GENERAL, MASK_NONE, CandidateTransformer
+
+        # The module stays on the CPU (the support rules saw the profile's device); the
+        # forward's core, without the CUDA graph a plan may capture it in: the same launches.
+        candidate = CandidateTransformer(case.config, plan, device).eval()
+        kind = MASK_NONE if mask is None else MASK_GENERAL
+        with torch.no_grad(), sass.offline_launches(arch, overrides) as stats:
+            candidate._forward_core(x, mask, kind, candidate.prepared_weights())
+        return stats
     reference = build_reference(case.config, "cpu")
     model = types.SimpleNamespace(
         layers=reference.layers, final_norm=reference.final_norm, plan=plan
     )
     prepared = family.prepare(model)
-    x, mask = generate_random_case(case.config, "cpu", seed=SEED)
-    capability = profile.capability
-    assert capability is not None
-    with sass.offline_launches(capability[0] * 10 + capability[1], overrides) as stats:
+    with sass.offline_launches(arch, overrides) as stats:
         family.forward(prepared, x, mask, plan, case.config)
     return stats
 

@@ -17,6 +17,7 @@ from kernels._triton import check_launch_device, device_reasons
 from kernels.attention import (
     attention,
     attention_reference,
+    estimate_one_tile_shared_memory_bytes,
     estimate_shared_memory_bytes,
     key_mask_bounds,
     key_mask_bounds_reference,
@@ -474,3 +475,131 @@ def test_key_bounds_launcher_errors(device: str) -> None:
         attention(q, k, v, causal=True, key_mask=mask, key_bounds=torch.zeros(2, 2, device=device))
     with pytest.raises(ValueError, match="pass a bool"):
         key_mask_bounds(torch.ones(16, device=device, dtype=torch.bool))
+
+
+# --------------------------------------------------------------------------------------
+# The one-tile form (head_chunk > 0: every key in one tile, the head dim in chunks)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("seq_len", "head_dim", "head_chunk", "block_m"),
+    [(37, 40, 16, 16), (64, 64, 32, 32), (130, 24, 32, 16), (1, 8, 16, 16), (20, 256, 64, 16)],
+)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("mask", ["none", "lengths", "holes"])
+def test_one_tile_form_matches_the_reference_and_the_flash_form(
+    device: str, seq_len: int, head_dim: int, head_chunk: int, block_m: int, causal: bool, mask: str
+) -> None:
+    """Ragged last chunks (40 = 16 + 16 + 8), a 256-key tile (S = 130), one key, head dim
+    256; no mask, right padding (a sequence with no key at all), holes anywhere (``_masks``:
+    a fully masked sequence too)."""
+    q, k, v = packed_qkv(5, seq_len, 2, head_dim, seed=seq_len)
+    kwargs: dict = {}
+    if mask == "lengths":
+        lengths = [0, seq_len, max(1, seq_len // 3), 1, seq_len]
+        kwargs["key_lengths"] = torch.tensor(lengths, dtype=torch.int32)
+    if mask == "holes":
+        kwargs["key_mask"] = _masks(5, seq_len, seed=seq_len + 1)
+    reference = attention_reference(q, k, v, causal=causal, **kwargs)
+    q_d, k_d, v_d = to_device(device, q, k, v)
+    dev_kwargs = {name: t.to(device) for name, t in kwargs.items()}
+    one_tile = attention(
+        q_d, k_d, v_d, causal=causal, block_m=block_m, head_chunk=head_chunk,
+        precision="ieee", **dev_kwargs,
+    )  # fmt: skip
+    flash = attention(q_d, k_d, v_d, causal=causal, block_m=16, block_n=16, precision="ieee",
+                      **dev_kwargs)  # fmt: skip
+    ok = reference.isfinite()  # query rows with no valid key: 0 here, NaN in the reference
+    assert torch.isfinite(one_tile).all()
+    assert (one_tile.cpu()[~ok] == 0).all()
+    assert_matches(one_tile.cpu()[ok], reference[ok], "ieee")
+    assert torch.allclose(one_tile.cpu(), flash.cpu(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "tf32"])
+def test_one_tile_form_takes_each_precision_and_half_inputs(device: str, precision: str) -> None:
+    q, k, v = packed_qkv(2, 45, 2, 64, seed=7)
+    reference = attention_reference(q, k, v, causal=True)
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    q_d, k_d, v_d = (t.to(device=device, dtype=half or torch.float32) for t in (q, k, v))
+    out = torch.empty(q.shape, device=device, dtype=torch.float16 if half else torch.float32)
+    attention(q_d, k_d, v_d, causal=True, out=out, block_m=32, head_chunk=32, precision=precision)
+    assert_matches(out.float().cpu(), reference, precision)
+
+
+def test_one_tile_form_never_reads_keys_past_the_bounds(device: str) -> None:
+    """Keys at or past a sequence's length, or past its last valid key with key bounds,
+    are never loaded: NaN there changes nothing."""
+    q, k, v = packed_qkv(2, 37, 2, 32, seed=5)
+    mask = torch.ones(2, 37, dtype=torch.bool)
+    mask[0, 20:] = False
+    mask[1, 3] = False
+    k_bad, v_bad = k.clone(), v.clone()
+    k_bad[0, 20:], v_bad[0, 20:] = float("nan"), float("nan")
+    reference = attention_reference(q, k, v, causal=False, key_mask=mask)
+    q_d, k_d, v_d = to_device(device, q, k_bad, v_bad)
+    mask_d = mask.to(device)
+    bounds = key_mask_bounds(mask_d)
+    out = attention(q_d, k_d, v_d, causal=False, key_mask=mask_d, key_bounds=bounds, block_m=16,
+                    head_chunk=16, precision="ieee")  # fmt: skip
+    assert_matches(out.cpu(), reference, "ieee")
+    lengths = torch.tensor([20, 37], dtype=torch.int32)
+    reference = attention_reference(q, k, v, causal=True, key_lengths=lengths)
+    out = attention(q_d, k_d, v_d, causal=True, key_lengths=lengths.to(device), block_m=16,
+                    head_chunk=32, precision="ieee")  # fmt: skip
+    assert_matches(out.cpu(), reference, "ieee")
+
+
+def test_one_tile_form_refuses_long_sequences_and_bad_chunks(device: str) -> None:
+    q, k, v = to_device(device, *packed_qkv(1, 257, 1, 16))
+    with pytest.raises(ValueError, match=r"seq_len=257 is over 256; use head_chunk=0"):
+        attention(q, k, v, causal=True, head_chunk=16)
+    q, k, v = to_device(device, *packed_qkv(1, 16, 1, 16))
+    with pytest.raises(ValueError, match=r"head_chunk=24 must be 0 or a power of two >= 16"):
+        attention(q, k, v, causal=True, head_chunk=24)
+    assert "head_chunk=8 must be 0 or a power of two >= 16" in " ".join(reasons(head_chunk=8))
+    assert "seq_len=300 is over 256" in " ".join(reasons(seq_len=300, head_chunk=64))
+    assert "head_chunk=128 > padded head dim 64" in reasons(head_chunk=128)
+    assert reasons(head_chunk=128, prune_pointless=False) == []
+    # block_n is not the one-tile form's: a block_n over the sequence is no reason there
+    assert reasons(seq_len=37, block_n=128, head_chunk=32) == []
+
+
+@pytest.mark.parametrize(
+    ("seq_len", "block_m", "head_chunk", "head_dim", "num_stages", "input_bytes", "compiled"),
+    [
+        # metadata.shared of _attention_keys_kernel compiled by Triton 3.6 for sm_90 (B 64,
+        # H 4: case 8's attention; fp16 = half inputs, fp32 = fp32 inputs)
+        (128, 64, 64, 256, 1, 2, 24576),
+        (128, 64, 64, 256, 2, 2, 49152),
+        (128, 64, 64, 256, 3, 2, 73728),
+        (128, 64, 128, 256, 2, 2, 98304),
+        (128, 128, 64, 256, 2, 2, 65536),
+        (128, 32, 64, 256, 2, 2, 26624),
+        (128, 64, 64, 256, 2, 4, 65536),
+        (128, 64, 128, 256, 2, 4, 131072),
+    ],
+)
+def test_one_tile_shared_memory_estimate_bounds_triton_sm90_compiles(
+    seq_len: int,
+    block_m: int,
+    head_chunk: int,
+    head_dim: int,
+    num_stages: int,
+    input_bytes: int,
+    compiled: int,
+) -> None:
+    estimate = estimate_one_tile_shared_memory_bytes(
+        seq_len=seq_len, block_m=block_m, head_chunk=head_chunk, head_dim=head_dim,
+        num_stages=num_stages, input_bytes=input_bytes,
+    )  # fmt: skip
+    assert compiled <= estimate <= 2 * compiled
+    if input_bytes == 2 and block_m >= 64:
+        assert estimate == compiled
+    # refused where it needs more than the device has, with the number
+    need = estimate_one_tile_shared_memory_bytes(
+        seq_len=256, block_m=128, head_chunk=128, head_dim=256, num_stages=3
+    )
+    assert f"needs ~{need} B shared memory" in " ".join(
+        reasons(seq_len=256, block_m=128, head_dim=256, head_chunk=128, num_stages=3)
+    )
+    assert reasons(seq_len=128, head_dim=256, head_chunk=64, num_stages=3, half_inputs=True) == []

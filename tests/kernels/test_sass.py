@@ -302,7 +302,10 @@ def test_row_maxnreg_caps_the_qkv_rows_kernel_too(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--plan", '{"attention": "triton"}'], "set fused_layer to heads, rows or seq"),
+        (
+            ["--plan", '{"attention": "sdpa_auto", "compile": "default"}'],
+            "Inductor generates; inspect covers the project's Triton kernels: set compile none",
+        ),
         (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg"], "write [KERNEL:]KEY=INT"),
         (["--plan", json.dumps(HEADS), "--compile-option", "regs=1"], "unknown to this Triton"),
         (["--plan", json.dumps(HEADS), "--compile-option", "maxnreg=300"], "takes 24..255"),
@@ -320,6 +323,41 @@ def test_inspect_refuses_bad_input_with_exit_2(args: list[str], message: str) ->
     done = _inspect("--cases", "2", *args)
     assert done.returncode == 2, (done.returncode, done.stderr[-1000:])
     assert message in done.stderr
+
+
+def test_inspect_compiles_the_per_layer_path_and_the_one_tile_attention(tmp_path: Path) -> None:
+    """Case 2's per-layer plan (Triton attention, LayerNorm, GELU epilogue; its GEMMs run
+    on the CPU meanwhile): the flash attention, or with attn_head_chunk the one-tile form,
+    4 launches of one program per (query block, head); the other kernels unchanged."""
+    _needs_compiler()
+    plan = {
+        "attention": "triton",
+        "attn_precision": "fp16",
+        "gemm_precision": "fp16",
+        "layernorm": "triton",
+        "ffn_act": "triton_epilogue",
+        "attn_block_m": 32,
+        "attn_block_n": 32,
+        "cuda_graph": True,
+    }
+    names = {}
+    for chunk in (0, 32):
+        out = tmp_path / f"layer{chunk}.json"
+        done = _inspect("--cases", "2", "--plan", json.dumps(dict(plan, attn_head_chunk=chunk)),
+                        "--json", str(out))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        (record,) = json.loads(out.read_text())
+        names[chunk] = {k["name"]: k for k in record["kernels"]}
+    attention = {0: "_attention_fwd_kernel", 32: "_attention_keys_kernel"}
+    for chunk, name in attention.items():
+        assert attention[32 - chunk] not in names[chunk]
+        kernel = names[chunk][name]
+        # 128 queries in blocks of 32, 4 heads, one sequence
+        assert kernel["launches"] == 4 and kernel["programs"] == 16 and kernel["sass"]["mma"] > 0
+        assert kernel["stack"] == 0
+    others = {n: k["sass"] for n, k in names[0].items() if n != attention[0]}
+    assert others == {n: k["sass"] for n, k in names[32].items() if n != attention[32]}
+    assert {"_add_layernorm_kernel", "_bias_gelu_kernel"} <= set(others)
 
 
 def test_inspect_refuses_the_interpreter() -> None:
