@@ -365,6 +365,17 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "row_qkv_stages",
+        0,
+        "fused_layer=rows: software pipeline stages of the QKV rows kernel's loop over the "
+        "packed weights (0: Triton's default, 3). Fewer stages, less shared memory a program "
+        "and more programs resident an SM (case 6 offline: 73.7 KB and 3 blocks at 3 stages, "
+        "57.3 KB and 4 blocks at 2); the same arithmetic",
+        choices=(0, 1, 2),
+        needs={1: "fused_layer=rows", 2: "fused_layer=rows"},
+        group="kernels",
+    ),
+    Knob(
         "row_fold_residual",
         False,
         "the post-attention rows kernel (fused_layer=heads or rows, not row_attn_post): the "
@@ -474,6 +485,7 @@ class Plan:
     row_ffn_block: int = 0
     ffn_gelu: str = "erf"
     row_maxnreg: int = 0
+    row_qkv_stages: int = 0
     row_fold_residual: bool = False
     row_stage: bool = False
     row_attn_post: bool = False

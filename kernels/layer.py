@@ -227,6 +227,9 @@ class Tiling:
     # rows (without attn_post): the most registers a thread of the flash attention kernel
     # may hold (ptxas's maxnreg; 0: the compiler's choice). The same arithmetic.
     attn_maxnreg: int = 0
+    # rows: software pipeline stages of the QKV rows kernel (0: Triton's default, 3); fewer
+    # stages hold less shared memory a program (more programs an SM). The same arithmetic.
+    qkv_stages: int = 0
     # rows: the flash attention and the post-rows kernel as one kernel (two launches a
     # layer): a program per (query block, sequence) runs every head in turn, accumulates
     # the output projection and goes on to the FFN of its rows (attn_block_m rows,
@@ -258,6 +261,10 @@ class Tiling:
         if self.ffn_block and (self.ffn_block < 16 or self.ffn_block & (self.ffn_block - 1)):
             raise ValueError(
                 f"tiling.ffn_block must be 0 or a power of two >= 16, got {self.ffn_block}"
+            )
+        if self.qkv_stages not in (0, 1, 2, 3, 4):
+            raise ValueError(
+                f"tiling.qkv_stages must be 0 (Triton's default) or 1..4, got {self.qkv_stages}"
             )
         errors = maxnreg_errors("tiling.row_maxnreg", self.row_maxnreg)
         errors += maxnreg_errors("tiling.attn_maxnreg", self.attn_maxnreg)
@@ -1325,6 +1332,7 @@ def _launch_layer(
                 EMULATE_BF16_DOT=emulate,
                 USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
                 num_warps=tiling.row_warps,
+                **({"num_stages": tiling.qkv_stages} if tiling.qkv_stages else {}),
                 **maxnreg_launch(tiling.row_maxnreg),
                 **pdl_launch(tiling.pdl),
             )

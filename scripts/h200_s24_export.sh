@@ -22,7 +22,9 @@
 #   AUTOTUNE_COMMIT=... CASES=11,9,10,4 bash scripts/h200_s24_export.sh
 #   AUTOTUNE_COMMIT=... CASES=2,3,7,12 bash scripts/h200_s24_export.sh
 # Then bench (README, "Measured on the H200") and rebuild the buckets.
-# Session 24 (no device that session) added case 8's one-tile attention plans
+# Session 24 (no device that session) added the fold with row_qkv_stages=2 to the overlays
+# (the QKV rows kernel at 2 stages: 4 blocks an SM offline on case 6, not 3), and case 8's
+# one-tile attention plans
 # (docs/plans/c8_onetile_*.json, attn_head_chunk): CASES=8 studies them beside the entry
 # (predicted in docs/kernels_h200.md, "The one-tile attention"):
 #   AUTOTUNE_COMMIT=... CASES=8,11,9,10 bash scripts/h200_s24_export.sh
@@ -31,7 +33,7 @@ set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 CASES=${CASES:-13,6,1,5}
-OVERLAYS=${OVERLAYS:-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu": "poly", "row_fold_residual": true};{"row_fold_residual": true, "attn_maxnreg": 96};{"row_fold_residual": true, "attn_maxnreg": 80}'}
+OVERLAYS=${OVERLAYS:-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu": "poly", "row_fold_residual": true};{"row_fold_residual": true, "attn_maxnreg": 96};{"row_fold_residual": true, "attn_maxnreg": 80};{"row_fold_residual": true, "row_qkv_stages": 2}'}
 LOG="$OUT/s24_export.log"
 TOTAL=${TOTAL:-560}
 left() { echo $(( TOTAL - SECONDS )); }
@@ -62,8 +64,10 @@ for c in sys.argv[1].split(","):
             "row_attn_post"
         ):
             continue  # the fused attention + post rows has neither
-        if over.get("attn_maxnreg") and entry.get("fused_layer") != "rows":
-            continue  # heads: the attention is inside the heads kernel
+        if (over.get("attn_maxnreg") or over.get("row_qkv_stages")) and entry.get(
+            "fused_layer"
+        ) != "rows":
+            continue  # heads: the attention is inside the heads kernel, no QKV rows kernel
         plan = dict(entry, **over)
         if plan in seen:
             continue

@@ -165,6 +165,9 @@ SPACE = {
         # before the projection's loop (session 22's PC sampling: 13.4% of case 6's post
         # rows samples on that load after it).
         {"name": "row_fold_residual", "values": [False, True], "when": {"fused_layer": _LAYERS}},
+        # The QKV rows kernel's pipeline stages (0: 3): case 6's at 3 stages holds 73.7 KB of
+        # shared memory, 3 blocks an SM; 2 stages 57.3 KB, 4 blocks (offline, Triton 3.6).
+        {"name": "row_qkv_stages", "values": [0, 2, 1], "when": {"fused_layer": ["rows"]}},
         # The flash attention's registers capped (session 22's probe, docs/logs/s22/
         # s22_probe.log: capped at 80 its time on case 6 -4.3%, at 96 on case 13 -3.7%).
         {

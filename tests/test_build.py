@@ -346,6 +346,15 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     ):  # fmt: skip
         reasons = not_supported_reasons(plan, cfg, hopper)
         assert any(words in r for r in reasons), (plan, reasons)
+    # row_qkv_stages: the QKV rows kernel's stages (fused_layer=rows only).
+    assert not_supported_reasons(chained.replace(row_qkv_stages=2), long, hopper) == []
+    for plan, words in (
+        (layer.replace(row_qkv_stages=2), "got fused_layer=heads"),
+        (Plan(attention="triton", row_qkv_stages=1), "got fused_layer=none"),
+        (Plan(attention="triton", fused_block=True, row_qkv_stages=2), "fused_block runs"),
+    ):
+        reasons = not_supported_reasons(plan, cfg, hopper)
+        assert any("row_qkv_stages=" in r and words in r for r in reasons), (plan, reasons)
     # attn_head_chunk: the one-tile form of the per-layer Triton attention (S <= 256).
     one_tile = Plan(attention="triton", attn_block_m=16, attn_head_chunk=16)
     assert not_supported_reasons(one_tile, cfg, hopper) == []

@@ -38,6 +38,11 @@ class FusedBlock(BlockBackend):
                 "fused_block runs every product at one operand precision: set gemm_precision "
                 f"= attn_precision ({plan.attn_precision}), got {plan.gemm_precision}"
             )
+        if plan.row_qkv_stages:
+            reasons.append(
+                f"row_qkv_stages={plan.row_qkv_stages} sets the QKV rows kernel's stages, a "
+                "kernel of fused_layer=rows; fused_block runs the layer in its own kernels"
+            )
         if plan.attn_head_chunk:
             reasons.append(
                 f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "

@@ -47,6 +47,11 @@ class NoFusedLayer(FusedLayerFamily):
                 f"row_maxnreg={plan.row_maxnreg} caps the registers of the row kernels of "
                 "fused_layer=heads or rows; got fused_layer=none"
             )
+        if plan.row_qkv_stages:
+            reasons.append(
+                f"row_qkv_stages={plan.row_qkv_stages} sets the QKV rows kernel's stages, a "
+                "kernel of fused_layer=rows; got fused_layer=none"
+            )
         if plan.row_fold_residual:
             reasons.append(
                 "row_fold_residual=True applies to the post-attention rows kernel of "
@@ -116,6 +121,7 @@ def tiling(plan: Any) -> Any:
         ffn_block=plan.row_ffn_block,
         gelu_poly=plan.ffn_gelu == "poly",
         row_maxnreg=plan.row_maxnreg,
+        qkv_stages=plan.row_qkv_stages,
         attn_maxnreg=plan.attn_maxnreg,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
@@ -188,6 +194,11 @@ class _FusedLayer(FusedLayerFamily):
                 f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "
                 "per-layer Triton attention (fused_layer=none); the fused layers run their own "
                 f"attention; got fused_layer={self.value}"
+            )
+        if plan.row_qkv_stages and self.value != "rows":
+            reasons.append(
+                f"row_qkv_stages={plan.row_qkv_stages} sets the QKV rows kernel's stages, a "
+                f"kernel of fused_layer=rows only; got fused_layer={self.value}"
             )
         if plan.row_fold_residual and (self.value == "seq" or plan.row_attn_post):
             reasons.append(

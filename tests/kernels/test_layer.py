@@ -550,6 +550,21 @@ def test_attn_maxnreg_caps_the_flash_attention_and_keeps_the_arithmetic(device: 
                       tiling=Tiling(**common, attn_maxnreg=96, **tiles))  # fmt: skip
 
 
+def test_qkv_stages_keep_the_arithmetic(device: str) -> None:
+    """The QKV rows kernel at 2 or 1 pipeline stages: the same output (bit for bit; the
+    interpreter ignores stages, compiled only the loads' schedule changes); bad values are
+    refused naming the value."""
+    common = dict(block_m=16, block_n=16, row_block=16)
+    kwargs = dict(variant="rows", precision="fp16", mask_kind="holes", causal=True)
+    plain, _, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
+    for stages in (2, 1):
+        staged, _, _ = run_stack(**kwargs, tiling=Tiling(**common, qkv_stages=stages),
+                                 device=device)  # fmt: skip
+        assert torch.equal(staged, plain), stages
+    with pytest.raises(ValueError, match=r"tiling\.qkv_stages must be 0 .* or 1\.\.4, got 7"):
+        Tiling(**common, qkv_stages=7)
+
+
 @triton.jit
 def _gelu_kernel(x_ptr, out_ptr, n, POLY: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -360,6 +360,35 @@ def test_inspect_compiles_the_per_layer_path_and_the_one_tile_attention(tmp_path
     assert {"_add_layernorm_kernel", "_bias_gelu_kernel"} <= set(others)
 
 
+def test_the_plans_row_qkv_stages_reach_the_qkv_rows_kernel_only(tmp_path: Path) -> None:
+    """Case 6's rows plan: its QKV rows kernel at 2 stages holds less shared memory than at
+    Triton's default 3 (Triton 3.6: 73.7 -> 57.3 KB, 3 -> 4 blocks an SM); the post rows
+    and attention kernels compile as before."""
+    _needs_compiler()
+    rows = {
+        "attention": "triton",
+        "fused_layer": "rows",
+        "attn_precision": "fp16",
+        "gemm_precision": "fp16",
+        "row_block": 64,
+        "row_ffn_block": 32,
+        "row_stage": True,
+    }
+    shared, sass = {}, {}
+    for stages in (0, 2):
+        out = tmp_path / f"qkv{stages}.json"
+        plan = json.dumps(dict(rows, row_qkv_stages=stages))
+        done = _inspect("--cases", "6", "--plan", plan, "--json", str(out))
+        assert done.returncode == 0, done.stderr[-2000:]
+        (record,) = json.loads(out.read_text())
+        for k in record["kernels"]:
+            shared[k["name"], stages] = k["shared"]
+            sass[k["name"], stages] = k["sass"]
+    assert shared["_qkv_rows_kernel", 2] < shared["_qkv_rows_kernel", 0]
+    for name in ("_post_rows_kernel", "_attention_fwd_kernel"):
+        assert sass[name, 0] == sass[name, 2], name
+
+
 def test_inspect_refuses_the_interpreter() -> None:
     done = _inspect("--cases", "2", "--plan", json.dumps(HEADS), interpret="1")
     assert done.returncode == 2
