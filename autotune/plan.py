@@ -182,14 +182,15 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "attn_head_chunk",
         0,
-        "Triton attention per layer (attention=triton, fused_layer none): 0 runs the flash "
-        "form (online softmax over key blocks of attn_block_n); a width holds every key of "
-        "the sequence in one tile (S <= 256) and walks the head dim in chunks of that width, "
-        "an exact softmax: a score tile and one output chunk in registers instead of the whole "
-        "[attn_block_m, head_dim] accumulator (large head dims)",
+        "Triton attention (attention=triton, per layer or in fused_layer=rows without "
+        "row_attn_post): 0 runs the flash form (online softmax over key blocks of "
+        "attn_block_n); a width holds every key of the sequence in one tile (S <= 256) and "
+        "walks the head dim in chunks of that width, an exact softmax: a score tile and one "
+        "output chunk in registers instead of the whole [attn_block_m, head_dim] accumulator "
+        "(large head dims)",
         choices=(0, 16, 32, 64, 128),
         needs={
-            v: "attention=triton, fused_layer none, fused_block false, S <= 256"
+            v: "attention=triton, fused_layer none or rows without row_attn_post, S <= 256"
             for v in (16, 32, 64, 128)
         },
         group="kernels",

@@ -572,7 +572,7 @@ def one_tile_keys(seq_len: int) -> int:
     return max(MIN_BLOCK, next_power_of_2(seq_len))
 
 
-def _head_chunk_errors(head_chunk: int, seq_len: int) -> list[str]:
+def one_tile_reasons(head_chunk: int, seq_len: int) -> list[str]:
     """Reasons the one-tile form (``head_chunk`` > 0) cannot run at this length."""
     if head_chunk == 0:
         return []
@@ -593,18 +593,25 @@ def estimate_one_tile_shared_memory_bytes(
     head_chunk: int,
     head_dim: int,
     num_stages: int,
+    precision: str,
     input_bytes: int = 4,
 ) -> int:
     """Shared memory of one program of the one-tile form (``head_chunk`` > 0) in bytes, an
-    upper bound: ``max(num_stages, 1) * (block_m + BLOCK_N) * chunk * input_bytes`` (the
-    query and key chunks staged as loaded, ``input_bytes`` 2 for half inputs, 4 for fp32).
+    upper bound: the query and key chunks staged as loaded, ``max(num_stages, 1) *
+    (block_m + BLOCK_N) * chunk * input_bytes`` (2 for half inputs, 4 for fp32), plus the
+    ``[block_m, BLOCK_N]`` probability tile of the second product in the operand type;
+    twice that for tf32x3 (split operands).
 
-    Against Triton 3.6 for sm_90 (``metadata.shared``, 10 tiles): exact for half inputs at
-    block_m >= 64 (24,576 B at 64 rows, 128 keys, 64-wide chunks, 1 stage; 98,304 B at
-    128-wide chunks, 2 stages), 2x under it at block_m 32; fp32 inputs needed 1/2 to 2/3
-    of it."""
+    Against Triton 3.6's ``metadata.shared`` (286 compiles: sm_80 and sm_90, 4 and 8 warps,
+    32-128 rows, chunks of 32-128, 1-3 stages, fp32 and half inputs, S 128 and 256; a
+    review's sweep, session 24): the compiled size 0.14-0.94 of it, never over. Without the
+    probability tile it was up to 2.4x under (mma.sync at 32 rows or on sm_80; 8 warps on
+    sm_90)."""
     chunk = min(head_chunk, padded_head_dim(head_dim))
-    return max(num_stages, 1) * (block_m + one_tile_keys(seq_len)) * chunk * input_bytes
+    keys = one_tile_keys(seq_len)
+    staged = max(num_stages, 1) * (block_m + keys) * chunk * input_bytes
+    probs = block_m * keys * (2 if precision in HALF_PRECISIONS else 4)
+    return (staged + probs) * (2 if precision == "tf32x3" else 1)
 
 
 def _config_errors(
@@ -666,7 +673,7 @@ def not_supported_reasons(
     )
     if seq_len < 1:
         reasons.append(f"seq_len={seq_len} must be >= 1")
-    reasons += _head_chunk_errors(head_chunk, seq_len)
+    reasons += one_tile_reasons(head_chunk, seq_len)
     padded_seq = max(MIN_BLOCK, next_power_of_2(seq_len))
     blocks = (("block_m", block_m),) if head_chunk else (("block_m", block_m), ("block_n", block_n))
     for name, value in blocks:
@@ -684,6 +691,7 @@ def not_supported_reasons(
                 head_chunk=head_chunk,
                 head_dim=head_dim,
                 num_stages=num_stages,
+                precision=precision,
                 input_bytes=2 if half_inputs else 4,
             )
         return estimate_shared_memory_bytes(
@@ -844,7 +852,7 @@ def attention(
         precision=precision,
     )
     errors += maxnreg_errors("maxnreg", maxnreg)
-    errors += _head_chunk_errors(head_chunk, seq_len)
+    errors += one_tile_reasons(head_chunk, seq_len)
     if errors:
         raise ValueError("; ".join(errors))
     if out is None:

@@ -227,6 +227,10 @@ class Tiling:
     # rows (without attn_post): the most registers a thread of the flash attention kernel
     # may hold (ptxas's maxnreg; 0: the compiler's choice). The same arithmetic.
     attn_maxnreg: int = 0
+    # rows (without attn_post): the flash attention kernel's one-tile form, every key in one
+    # tile (S <= 256) and the head dim in chunks of this width (``kernels.attention``'s
+    # ``head_chunk``; 0: the flash form). An exact softmax instead of the online one.
+    attn_head_chunk: int = 0
     # rows: software pipeline stages of the QKV rows kernel (0: Triton's default, 3); fewer
     # stages hold less shared memory a program (more programs an SM). The same arithmetic.
     qkv_stages: int = 0
@@ -262,9 +266,16 @@ class Tiling:
             raise ValueError(
                 f"tiling.ffn_block must be 0 or a power of two >= 16, got {self.ffn_block}"
             )
-        if self.qkv_stages not in (0, 1, 2, 3, 4):
+        chunk = self.attn_head_chunk
+        if chunk and (chunk < 16 or chunk & (chunk - 1)):
             raise ValueError(
-                f"tiling.qkv_stages must be 0 (Triton's default) or 1..4, got {self.qkv_stages}"
+                f"tiling.attn_head_chunk must be 0 or a power of two >= 16, got {chunk}"
+            )
+        # 1-2 only: fewer stages than the default's 3 need less shared memory than the
+        # estimate (sized for the default) allows; more would need their own model.
+        if self.qkv_stages not in (0, 1, 2):
+            raise ValueError(
+                f"tiling.qkv_stages must be 0 (Triton's default, 3) or 1..2, got {self.qkv_stages}"
             )
         errors = maxnreg_errors("tiling.row_maxnreg", self.row_maxnreg)
         errors += maxnreg_errors("tiling.attn_maxnreg", self.attn_maxnreg)
@@ -1089,6 +1100,14 @@ def _config_errors(
             f"(the other variants fuse the attention into their own kernels); got "
             f"variant={variant!r}, attn_post={tiling.attn_post}"
         )
+    if tiling.attn_head_chunk and (variant != "rows" or tiling.attn_post):
+        reasons.append(
+            "attn_head_chunk picks the one-tile form of the flash attention kernel of variant "
+            "'rows' without attn_post (the other variants fuse the attention into their own "
+            f"kernels); got variant={variant!r}, attn_post={tiling.attn_post}"
+        )
+    elif tiling.attn_head_chunk:
+        reasons += flash.one_tile_reasons(tiling.attn_head_chunk, seq_len)
     if tiling.next_qkv and (variant != "rows" or tiling.attn_post):
         reasons.append(
             "next_qkv applies to variant='rows' without attn_post: its post-rows kernel "
@@ -1151,9 +1170,16 @@ def not_supported_reasons(
     if not reasons and prune_pointless:
         padded_s = padded_dim(seq_len)
         tiles = [("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)]
-        for name, value in tiles[: 1 if variant == "seq" else 2]:  # seq: no key blocks
+        # seq and the one-tile attention hold every key in one tile: no key blocks
+        for name, value in tiles[: 1 if variant == "seq" or tiling.attn_head_chunk else 2]:
             if value > padded_s:
                 reasons.append(f"{name}={value} > padded seq len {padded_s}; use a smaller {name}")
+        padded_hd = padded_dim(d_model // max(num_heads, 1))
+        if tiling.attn_head_chunk > padded_hd:
+            reasons.append(
+                f"attn_head_chunk={tiling.attn_head_chunk} > padded head dim {padded_hd}: one "
+                f"chunk, as at {padded_hd}; use attn_head_chunk <= {padded_hd}"
+            )
         chunk = ffn_chunk(d_model, ffn_dim)
         if tiling.ffn_block and ffn_chunk(d_model, ffn_dim, tiling.ffn_block) == chunk:
             reasons.append(
@@ -1360,6 +1386,7 @@ def _launch_layer(
             pdl=tiling.pdl,
             pdl_trigger=tiling.pdl_trigger,
             maxnreg=tiling.attn_maxnreg,
+            head_chunk=tiling.attn_head_chunk,
         )
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,

@@ -23,8 +23,9 @@
 #   AUTOTUNE_COMMIT=... CASES=2,3,7,12 bash scripts/h200_s24_export.sh
 # Then bench (README, "Measured on the H200") and rebuild the buckets.
 # Session 24 (no device that session) added the fold with row_qkv_stages=2 to the overlays
-# (the QKV rows kernel at 2 stages: 4 blocks an SM offline on case 6, not 3), and case 8's
-# one-tile attention plans
+# (the QKV rows kernel at 2 stages: 4 blocks an SM offline on case 6, not 3), the fold with
+# the one-tile attention (attn_head_chunk at the padded head dim, at most 64; S <= 256),
+# and case 8's one-tile attention plans
 # (docs/plans/c8_onetile_*.json, attn_head_chunk): CASES=8 studies them beside the entry
 # (predicted in docs/kernels_h200.md, "The one-tile attention"):
 #   AUTOTUNE_COMMIT=... CASES=8,11,9,10 bash scripts/h200_s24_export.sh
@@ -33,7 +34,7 @@ set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 CASES=${CASES:-13,6,1,5}
-OVERLAYS=${OVERLAYS:-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu": "poly", "row_fold_residual": true};{"row_fold_residual": true, "attn_maxnreg": 96};{"row_fold_residual": true, "attn_maxnreg": 80};{"row_fold_residual": true, "row_qkv_stages": 2}'}
+OVERLAYS=${OVERLAYS:-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu": "poly", "row_fold_residual": true};{"row_fold_residual": true, "attn_maxnreg": 96};{"row_fold_residual": true, "attn_maxnreg": 80};{"row_fold_residual": true, "row_qkv_stages": 2};{"row_fold_residual": true, "attn_head_chunk": "head"}'}
 LOG="$OUT/s24_export.log"
 TOTAL=${TOTAL:-560}
 left() { echo $(( TOTAL - SECONDS )); }
@@ -44,6 +45,7 @@ DB="sqlite:///$OUT/studies.db"
 rm -rf /tmp/s24_plans && mkdir -p /tmp/s24_plans
 python3 - "$CASES" "$OVERLAYS" 2>&1 <<'PY' | tee -a "$LOG"
 import json, sys
+from autotune.core.cases import get_case
 from autotune.runtime import load_table
 t = load_table("tables/h200.py")
 overlays = [json.loads(o) for o in sys.argv[2].split(";") if o.strip()]
@@ -59,14 +61,19 @@ for c in sys.argv[1].split(","):
         print(f"case {c}: no heads/rows entry; {len(files)} plan file(s) from docs/plans")
         continue
     seen, n = [entry], 0
+    config = get_case(c).config
     for over in overlays:
-        if (over.get("row_fold_residual") or over.get("attn_maxnreg")) and entry.get(
-            "row_attn_post"
-        ):
+        if over.get("attn_head_chunk") == "head":  # the padded head dim, at most 64
+            if config.seq_len > 256:
+                continue  # the one-tile attention holds every key: S <= 256
+            over = dict(over, attn_head_chunk=min(64, max(16, 1 << (config.head_dim - 1).bit_length())))
+        if (
+            over.get("row_fold_residual") or over.get("attn_maxnreg") or over.get("attn_head_chunk")
+        ) and entry.get("row_attn_post"):
             continue  # the fused attention + post rows has neither
-        if (over.get("attn_maxnreg") or over.get("row_qkv_stages")) and entry.get(
-            "fused_layer"
-        ) != "rows":
+        if (
+            over.get("attn_maxnreg") or over.get("row_qkv_stages") or over.get("attn_head_chunk")
+        ) and entry.get("fused_layer") != "rows":
             continue  # heads: the attention is inside the heads kernel, no QKV rows kernel
         plan = dict(entry, **over)
         if plan in seen:

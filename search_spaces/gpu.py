@@ -122,14 +122,18 @@ SPACE = {
             ],
         },
         {"name": "attn_block_m", "values": [32, 64, 128], "when": {"attention": ["triton"]}},
-        # The per-layer attention with every key in one tile and the head dim in chunks (S <=
-        # 256): case 8's flash attention at head dim 256 held 225-255 registers a thread
-        # (spilling at 4 warps, 1 block an SM); this form 80-140, 3-4 blocks an SM (offline,
-        # Triton 3.6, docs/kernels_h200.md session 24).
+        # The flash attention kernel with every key in one tile and the head dim in chunks
+        # (S <= 256), per layer or in rows: case 8's flash attention at head dim 256 held
+        # 134-255 registers a thread (1 block an SM); this form 80-140, 2-4 blocks an SM
+        # (offline, Triton 3.6, docs/kernels_h200.md session 24).
         {
             "name": "attn_head_chunk",
             "values": [0, 16, 32, 64, 128],
-            "when": dict(_PER_LAYER, attention=["triton"]),
+            "when": {
+                "attention": ["triton"],
+                "fused_block": [False],
+                "fused_layer": ["none", "rows"],
+            },
         },
         {
             "name": "attn_block_n",
@@ -244,6 +248,7 @@ SPACE = {
         # attn_post accumulates the projection head by head: no fold there.
         {"forbid": {"row_fold_residual": [True], "row_attn_post": [True]}},
         {"forbid": {"attn_maxnreg": [80, 96], "row_attn_post": [True]}},
+        {"forbid": {"attn_head_chunk": [16, 32, 64, 128], "row_attn_post": [True]}},
     ],
     "enqueue": [
         {},

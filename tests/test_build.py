@@ -358,6 +358,8 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     # attn_head_chunk: the one-tile form of the per-layer Triton attention (S <= 256).
     one_tile = Plan(attention="triton", attn_block_m=16, attn_head_chunk=16)
     assert not_supported_reasons(one_tile, cfg, hopper) == []
+    # ... and in rows (without row_attn_post), where S <= 256
+    assert not_supported_reasons(chained.replace(attn_head_chunk=16), cfg, hopper) == []
     wide = one_tile.replace(attn_head_chunk=32)  # runs (one chunk); a search skips it
     assert not_supported_reasons(wide, cfg, hopper) == []
     assert not_supported_reasons(wide, cfg, hopper, prune=True) == [
@@ -366,7 +368,9 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     for plan, shape, words in (
         (one_tile.replace(attention="sdpa_math"), cfg, "attn_head_chunk=16 picks the one-tile"),
         (layer.replace(attn_head_chunk=16), cfg, "got fused_layer=heads"),
-        (chained.replace(attn_head_chunk=16), long, "got fused_layer=rows"),
+        (chained.replace(attn_head_chunk=16), long, "seq_len=300 is over 256"),
+        (chained.replace(attn_head_chunk=16, row_attn_post=True, row_next_qkv=False), cfg,
+         "row_attn_post=True"),
         (Plan(attention="triton", fused_block=True, attn_head_chunk=16), cfg,
          "fused_block runs the attention inside its own kernel"),
         (one_tile, long, "seq_len=300 is over 256; use head_chunk=0"),

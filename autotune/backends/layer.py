@@ -123,6 +123,7 @@ def tiling(plan: Any) -> Any:
         row_maxnreg=plan.row_maxnreg,
         qkv_stages=plan.row_qkv_stages,
         attn_maxnreg=plan.attn_maxnreg,
+        attn_head_chunk=plan.attn_head_chunk,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
         pdl=plan.pdl,
@@ -189,11 +190,12 @@ class _FusedLayer(FusedLayerFamily):
                 f"their own kernels); got fused_layer={self.value}, "
                 f"row_attn_post={plan.row_attn_post}"
             )
-        if plan.attn_head_chunk:
+        if plan.attn_head_chunk and (self.value != "rows" or plan.row_attn_post):
             reasons.append(
-                f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "
-                "per-layer Triton attention (fused_layer=none); the fused layers run their own "
-                f"attention; got fused_layer={self.value}"
+                f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the flash "
+                "attention kernel, per layer or of fused_layer=rows without row_attn_post "
+                "(heads and seq fuse the attention into their own kernels); got "
+                f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
             )
         if plan.row_qkv_stages and self.value != "rows":
             reasons.append(

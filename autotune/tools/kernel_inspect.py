@@ -29,6 +29,9 @@ from autotune.core.reference import build_reference, generate_random_case
 from autotune.plan import Plan
 
 SEED = 1234
+# The per-layer path's torch ops run on the CPU beside the recorded launches: at most this
+# much in its largest activation (case 6: 2.0 GiB; case 14: 37 GiB, refused).
+PER_LAYER_CPU_BYTES = 4 << 30
 
 
 def profile_device(profile: GpuProfile) -> DeviceInfo:
@@ -105,11 +108,26 @@ def inspect_plan(
             f"plan {plan.describe()!r} cannot run on case {case.id} on {profile.name}: "
             + "; ".join(reasons)
         )
+    per_layer = not getattr(family, "fused", False)
+    c = case.config
+    big = c.batch_size * c.seq_len * max(c.d_model * 3, c.ffn_dim) * 4
+    if per_layer and big > PER_LAYER_CPU_BYTES:
+        raise ValueError(
+            f"case {case.id}'s per-layer forward holds {big / 2**30:.1f} GiB activations, "
+            f"over the {PER_LAYER_CPU_BYTES / 2**30:.0f} GiB inspect runs on the CPU: "
+            "inspect a smaller case of the same d_model and head dim"
+        )
+    for knob in ("batch_chunk", "query_chunk", "host_io"):
+        if getattr(plan, knob):
+            raise ValueError(
+                f"{knob}={getattr(plan, knob)} streams the forward in pieces, which inspect "
+                f"does not reproduce: set {knob} to its default for the kernels' facts"
+            )
     x, mask = generate_random_case(case.config, "cpu", seed=SEED)
     capability = profile.capability
     assert capability is not None
     arch = capability[0] * 10 + capability[1]
-    if not getattr(family, "fused", False):
+    if per_layer:
         from autotune.build import MASK_GENERAL, MASK_NONE, CandidateTransformer
 
         # The module stays on the CPU (the support rules saw the profile's device); the

@@ -550,6 +550,30 @@ def test_attn_maxnreg_caps_the_flash_attention_and_keeps_the_arithmetic(device: 
                       tiling=Tiling(**common, attn_maxnreg=96, **tiles))  # fmt: skip
 
 
+def test_rows_one_tile_attention_matches_the_flash_form(device: str) -> None:
+    """Variant rows with the one-tile attention (every key in one tile, the head dim in
+    chunks of 16: 8 = one ragged chunk at head dim 8): within 1e-5 of the flash form, masks
+    included; refused where the attention is not a separate kernel, and past 256 keys."""
+    common = dict(block_m=16, block_n=16, row_block=16)
+    kwargs = dict(variant="rows", precision="ieee", mask_kind="holes", causal=True)
+    plain, _, _ = run_stack(**kwargs, tiling=Tiling(**common), device=device)
+    one_tile, _, _ = run_stack(**kwargs, tiling=Tiling(**common, attn_head_chunk=16),
+                               device=device)  # fmt: skip
+    assert torch.allclose(one_tile, plain, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"tiling\.attn_head_chunk must be 0 or a power of two"):
+        Tiling(**common, attn_head_chunk=24)
+    for other, tiles in (("heads", {}), ("seq", {}), ("rows", {"attn_post": True})):
+        with pytest.raises(ValueError, match="attn_head_chunk picks the one-tile form"):
+            run_stack(**dict(kwargs, variant=other), device=device,
+                      tiling=Tiling(**common, attn_head_chunk=16, **tiles))  # fmt: skip
+    reasons = not_supported_reasons(
+        variant="rows", seq_len=300, d_model=64, num_heads=4, ffn_dim=64,
+        tiling=Tiling(**common, attn_head_chunk=16), gemm_precision="fp16",
+        attn_precision="fp16", device_type="cuda", capability=(9, 0), smem_bytes=None,
+    )  # fmt: skip
+    assert any("seq_len=300 is over 256" in r for r in reasons), reasons
+
+
 def test_qkv_stages_keep_the_arithmetic(device: str) -> None:
     """The QKV rows kernel at 2 or 1 pipeline stages: the same output (bit for bit; the
     interpreter ignores stages, compiled only the loads' schedule changes); bad values are
@@ -561,7 +585,7 @@ def test_qkv_stages_keep_the_arithmetic(device: str) -> None:
         staged, _, _ = run_stack(**kwargs, tiling=Tiling(**common, qkv_stages=stages),
                                  device=device)  # fmt: skip
         assert torch.equal(staged, plain), stages
-    with pytest.raises(ValueError, match=r"tiling\.qkv_stages must be 0 .* or 1\.\.4, got 7"):
+    with pytest.raises(ValueError, match=r"tiling\.qkv_stages must be 0 .* or 1\.\.2, got 7"):
         Tiling(**common, qkv_stages=7)
 
 

@@ -316,6 +316,10 @@ def test_row_maxnreg_caps_the_qkv_rows_kernel_too(tmp_path: Path) -> None:
         ),
         (["--plan", json.dumps(dict(HEADS, attn_block_m=128))], "use attn_block_m <= 64"),
         (["--gpu", "cpu", "--plan", json.dumps(HEADS)], "--gpu cpu is not a CUDA profile"),
+        (
+            ["--plan", '{"attention": "triton", "batch_chunk": 1}'],
+            "batch_chunk=1 streams the forward in pieces, which inspect does not reproduce",
+        ),
         ([], "give at least one --plan or --table"),
     ],
 )
@@ -387,6 +391,12 @@ def test_the_plans_row_qkv_stages_reach_the_qkv_rows_kernel_only(tmp_path: Path)
     assert shared["_qkv_rows_kernel", 2] < shared["_qkv_rows_kernel", 0]
     for name in ("_post_rows_kernel", "_attention_fwd_kernel"):
         assert sass[name, 0] == sass[name, 2], name
+
+
+def test_inspect_refuses_a_per_layer_forward_too_big_for_the_cpu() -> None:
+    done = _inspect("--cases", "14", "--plan", '{"attention": "triton", "attn_precision": "fp16"}')
+    assert done.returncode == 2, (done.returncode, done.stderr[-1000:])
+    assert "case 14's per-layer forward holds 36.6 GiB activations, over the 4 GiB" in done.stderr
 
 
 def test_inspect_refuses_the_interpreter() -> None:
