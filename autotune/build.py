@@ -22,7 +22,7 @@ from torch import Tensor
 
 from autotune import backends
 from autotune.backends import MASK_GENERAL, MASK_NONE, MASK_RIGHT_PADDED, AttentionCall
-from autotune.backends.precision import DTYPES, linear
+from autotune.backends.precision import DTYPES, half_qkv, linear
 from autotune.core.device import DeviceInfo
 from autotune.core.reference import (
     ReferenceTransformer,
@@ -431,7 +431,7 @@ class CandidateTransformer(ReferenceTransformer):
         _b, _s, d = h.shape
         # fp16/bf16 GEMMs feeding attention of the same precision hand over their half
         # output as is: no round trip through fp32 (two kernels and 3x the bytes saved).
-        keep = self.plan.gemm_precision == self.plan.attn_precision in DTYPES
+        keep = half_qkv(self.plan)
         if self.plan.qkv == "packed":
             qkv = self._linear(h, w.qkv_w, w.qkv_b, keep_half=keep)
             q, k, v = qkv.split(d, dim=-1)

@@ -24,6 +24,12 @@ def context_dtype(plan: Any) -> torch.dtype:
     return torch.float16 if plan.gemm_precision == "fp16" else torch.float32
 
 
+def half_qkv(plan: Any) -> bool:
+    """Whether the per-layer path hands q, k, v to the attention as the GEMMs' half output:
+    fp16/bf16 GEMMs feeding attention of the same precision (no round trip through fp32)."""
+    return plan.gemm_precision == plan.attn_precision in DTYPES
+
+
 def triton_precision(prec: str) -> str:
     """The Triton kernels' name of an operand precision (fp32 is their tf32)."""
     return "tf32" if prec == "fp32" else prec

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from autotune.backends.base import AttentionBackend, AttentionCall, register
-from autotune.backends.precision import DTYPES, context_dtype, triton_precision
+from autotune.backends.precision import context_dtype, half_qkv, triton_precision
 from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
 
@@ -37,9 +37,7 @@ def attention_kernel_reasons(
         smem_bytes=device.smem_per_block or None,
         prune_pointless=prune,
         head_chunk=plan.attn_head_chunk,
-        # q, k, v arrive as the GEMMs' half output when both precisions are that half
-        # (build.py's keep_half hand-off)
-        half_inputs=plan.gemm_precision == plan.attn_precision in DTYPES,
+        half_inputs=half_qkv(plan),
     )
 
 
