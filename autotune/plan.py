@@ -207,7 +207,8 @@ KNOBS: tuple[Knob, ...] = (
         "ffn_act",
         "torch",
         "ffn_in bias + exact GELU: torch ops, a Triton epilogue after a bias-free GEMM, "
-        "or a Triton GEMM with the GELU epilogue",
+        "or a Triton GEMM with the GELU epilogue; or blas_tanh, the bias and the tanh GELU "
+        "in the GEMM's own (cuBLASLt) epilogue",
         choices=backends.values("ffn_act"),
         needs=backends.needs("ffn_act"),
         group="kernels",

@@ -29,6 +29,9 @@
 # (docs/plans/c8_onetile_*.json, attn_head_chunk): CASES=8 studies them beside the entry
 # (predicted in docs/kernels_h200.md, "The one-tile attention"):
 #   AUTOTUNE_COMMIT=... CASES=8,11,9,10 bash scripts/h200_s24_export.sh
+# Session 25 (no device either) added case 8's plans with ffn_act=blas_tanh (the FFN's bias
+# + GELU in the GEMM's cuBLASLt epilogue): docs/plans/c8_blas_flash.json and
+# c8_onetile_64_w8_blas.json, studied with the one-tile plans when CASES has 8.
 # Returned: studies.db, h200.py, s24_export.log.
 set -o pipefail
 source scripts/device_prelude.sh
@@ -56,6 +59,7 @@ for c in sys.argv[1].split(","):
         # attention, docs/plans/c8_onetile_*.json), the overlays do not apply.
         import glob
         files = sorted(glob.glob(f"docs/plans/c{c}_onetile_*.json"))
+        files += sorted(glob.glob(f"docs/plans/c{c}_blas_*.json"))  # session 25: blas_tanh
         for n, f in enumerate(files, 1):
             json.dump(json.load(open(f)), open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
         print(f"case {c}: no heads/rows entry; {len(files)} plan file(s) from docs/plans")

@@ -16,6 +16,11 @@
 # - The QKV rows kernel at 2 pipeline stages on case 6 (row_qkv_stages=2; offline, Triton
 #   3.6: 3 stages hold 73.7 KB of shared memory, 3 blocks an SM; 2 stages 57.3 KB, 4 blocks).
 #   Predicted: QKV rows (2,410 us in s23_first.log) 5-15% lower.
+# - Session 25 (no device either): ffn_act=blas_tanh, the FFN's bias + GELU in the GEMM's
+#   cuBLASLt epilogue (the tanh GELU): its GPU tests, and case 8's flash and one-tile plans
+#   with it (docs/plans/c8_blas_flash.json, c8_onetile_64_w8_blas.json). Predicted
+#   (docs/kernels_h200.md, "Session 25"): the four bias + GELU kernels (56 us a forward in
+#   session 16) gone, the FFN GEMMs 1-3 us each longer: case 8 40-50 us lower a forward.
 # Each step runs only while its time limit fits in the call's 570 s (about 5-6 minutes in
 # all on a warm machine). Returned: s24_probe.log.
 set -o pipefail
@@ -56,6 +61,12 @@ if fits 150 "GPU layer tests"; then
     2>&1 | tail -2 | tee -a "$LOG"
   echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
 fi
+if fits 60 "GPU blas_tanh tests"; then
+  step "GPU tests: ffn_act=blas_tanh, cuBLASLt's bias + GELU epilogue (session 25)"
+  KERNELS_TEST_DEVICE=cuda timeout 60 python3 -m pytest -q -p no:cacheprovider \
+    tests/kernels/test_ffn.py -k blas 2>&1 | tail -2 | tee -a "$LOG"
+  echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
+fi
 if fits 90 "GPU attention tests"; then
   step "GPU attention tests: the one-tile form (precisions, bounds, refusals, head dim 256)"
   KERNELS_TEST_DEVICE=cuda timeout 90 python3 -m pytest -q -p no:cacheprovider \
@@ -64,12 +75,13 @@ if fits 90 "GPU attention tests"; then
     2>&1 | tail -2 | tee -a "$LOG"
   echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
 fi
-if fits 150 "case 8 profiles"; then
-  step "case 8: the flash attention's plan, then the one-tile attention's four"
-  timeout 150 python3 scripts/kernel_profile.py --case 8 --forwards 5 \
+if fits 200 "case 8 profiles"; then
+  step "case 8: the flash attention's plan, the one-tile attention's four, each with blas_tanh"
+  timeout 200 python3 scripts/kernel_profile.py --case 8 --forwards 5 \
     @docs/plans/c8_triton_fp16_fused_ln.json @docs/plans/c8_onetile_64_w8.json \
     @docs/plans/c8_onetile_32_w4.json @docs/plans/c8_onetile_64_w8_c128.json \
-    @docs/plans/c8_onetile_64_w4_c32.json 2>&1 | quiet | tee -a "$LOG"
+    @docs/plans/c8_onetile_64_w4_c32.json @docs/plans/c8_blas_flash.json \
+    @docs/plans/c8_onetile_64_w8_blas.json 2>&1 | quiet | tee -a "$LOG"
 fi
 if fits 90 "case 6 profiles"; then
   step "case 6: the entry, the entry with row_fold_residual, with row_qkv_stages=2"

@@ -98,7 +98,8 @@ SPACE = {
         {"name": "qkv", "values": ["separate", "packed"]},
         {"name": "batch_chunk", "values": [1, 2, 4, 8]},
         {"name": "layernorm", "values": ["torch", "triton"]},
-        {"name": "ffn_act", "values": ["torch", "triton_epilogue"]},
+        # blas_tanh (session 25): the bias + GELU in the GEMM's cuBLASLt epilogue (tanh GELU).
+        {"name": "ffn_act", "values": ["torch", "triton_epilogue", "blas_tanh"]},
     ],
     "fixed": {"heads": "strided", "mask": "elide"},
     "enqueue": [
@@ -112,6 +113,13 @@ SPACE = {
             "batch_chunk": 4,
         },
         {"attention": "sdpa_cudnn", **_FP16, **_ELEMENTWISE, "batch_chunk": 4},
+        {
+            "attention": "sdpa_cudnn",
+            **_FP16,
+            **_ELEMENTWISE,
+            "ffn_act": "blas_tanh",
+            "batch_chunk": 4,
+        },
         {**_POLY, "poly_exact_prefix": 2048, "poly_norm": "row", **_POLY_OUT},
         {**_POLY, "poly_exact_prefix": 2048, "poly_norm": "row"},
         {**_POLY, "poly_exact_prefix": 1024},

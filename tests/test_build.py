@@ -34,6 +34,9 @@ CPU_PLANS = [
     Plan(attention="sdpa_flash", attn_precision="fp16", heads="strided", mask="elide"),
     Plan(qkv="packed", gemm_precision="fp16", mask="elide"),
     Plan(attention="sdpa_math", qkv="packed", gemm_precision="fp16", attn_precision="fp16"),
+    # the tanh GELU of the GEMM's epilogue (what cuBLASLt computes on CUDA)
+    Plan(qkv="packed", gemm_precision="fp16", mask="elide", ffn_act="blas_tanh"),
+    Plan(heads="strided", ffn_act="blas_tanh"),
 ]
 
 

@@ -144,8 +144,9 @@ class FfnBackend(Backend):
     def inner(
         self, h: Tensor, weight: Tensor, bias: Tensor, gemm_precision: str, half: bool = False
     ) -> Tensor:
-        """``GELU(h @ weight^T + bias)`` (exact GELU): float32, or with ``half`` (a half
-        ``gemm_precision``) the next GEMM's half operand, computed in fp32 and rounded once."""
+        """``GELU(h @ weight^T + bias)`` (the exact GELU; ``blas_tanh`` the tanh form):
+        float32, or with ``half`` (a half ``gemm_precision``) the next GEMM's half operand,
+        computed in fp32 and rounded once."""
         raise NotImplementedError
 
 

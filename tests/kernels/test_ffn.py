@@ -276,6 +276,73 @@ def test_gemm_shared_memory_estimate_matches_triton_sm90_compiles(
     assert estimate == compiled_shared
 
 
+# --------------------------------------------------------------------------------------
+# ffn_act=blas_tanh: the GEMM's own bias + GELU epilogue (not a Triton kernel; here so that
+# KERNELS_TEST_DEVICE=cuda runs it where cuBLASLt's epilogue computes it)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("precision", ["fp16", "bf16", "fp32", "ieee"])
+@pytest.mark.parametrize("half", [False, True])
+def test_blas_tanh_is_the_tanh_gelu_of_the_product_rounded_once(
+    device: str, precision: str, half: bool
+) -> None:
+    """What the epilogue computes: the product of the operands at the plan's precision
+    summed in fp32, the bias added and the tanh GELU applied before one rounding (a half
+    plan's operand out, or its fp32 upcast); fp32/ieee in fp32 throughout."""
+    from autotune.backends import get
+    from autotune.backends.precision import DTYPES
+
+    dtype = DTYPES.get(precision)
+    if half and dtype is None:
+        pytest.skip("half hand-off needs a half precision")
+    weight, bias = linear_params(96, 160, seed=5)
+    h = randn(3, 37, 96, seed=6)
+    if dtype is not None:
+        weight, bias, h = weight.to(dtype), bias.to(dtype), h.to(dtype)
+    out = get("ffn_act", "blas_tanh").inner(
+        h.to(device), weight.to(device), bias.to(device), precision, half=half
+    )
+    assert out.shape == (3, 37, 160)
+    assert out.dtype == (dtype if half else torch.float32)
+    wide = torch.nn.functional.linear(h.double(), weight.double(), bias.double())
+    expected = torch.nn.functional.gelu(wide, approximate="tanh")
+    exact = torch.nn.functional.gelu(wide)
+    got = out.cpu().double()
+    # one rounding to the half type (a relative 2^-8 step for fp16, 2^-7 for bf16) on top
+    # of fp32 sums of 96 products; TF32 operands (fp32) carry 2^-11 each
+    tol = {"fp16": 1e-3, "bf16": 8e-3, "fp32": 2e-3, "ieee": 1e-5}[precision]
+    torch.testing.assert_close(got, expected, rtol=tol, atol=tol)
+    if precision == "ieee":  # tight enough to tell the tanh form from the exact one
+        assert (got - exact).abs().max() > 10 * (got - expected).abs().max()
+
+
+def test_blas_tanh_hands_half_operands_along_and_passes_the_rule(cpu_device) -> None:
+    """A half plan with the Triton LayerNorm: the GEMM's half operand goes in and its half
+    output goes to the next GEMM as it is (no cast kernels), and the forward stays within
+    the project's rule of the reference."""
+    from autotune.backends import get
+    from autotune.build import build_candidate
+    from autotune.core.reference import ReferenceTransformer, TransformerConfig, check_outputs
+    from autotune.plan import Plan
+
+    assert get("ffn_act", "blas_tanh").half_io and get("layernorm", "triton").half_io
+    config = TransformerConfig(2, 12, 32, 2, 48, 2, True)
+    torch.manual_seed(7)
+    reference = ReferenceTransformer(config).eval()
+    plan = Plan(
+        attention="sdpa_math",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        qkv="packed",
+        layernorm="triton",
+        ffn_act="blas_tanh",
+    )
+    x = torch.randn(2, 12, 32)
+    mask = torch.arange(12)[None, :] < torch.tensor([[12], [7]])
+    with torch.inference_mode():
+        got = build_candidate(plan, config, cpu_device, reference.state_dict())(x, mask)
+        assert check_outputs(got, reference(x, mask)).passed
+
+
 def test_project_rule_is_an_or_of_absolute_and_relative_error() -> None:
     ref = torch.tensor([100.0, 0.001])
     assert compare(torch.tensor([101.9, 0.0029]), ref, PROJECT_RULE).passed
