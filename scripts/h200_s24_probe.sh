@@ -61,9 +61,9 @@ if fits 150 "GPU layer tests"; then
     2>&1 | tail -2 | tee -a "$LOG"
   echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
 fi
-if fits 60 "GPU blas_tanh tests"; then
+if fits 45 "GPU blas_tanh tests"; then
   step "GPU tests: ffn_act=blas_tanh, cuBLASLt's bias + GELU epilogue (session 25)"
-  KERNELS_TEST_DEVICE=cuda timeout 60 python3 -m pytest -q -p no:cacheprovider \
+  KERNELS_TEST_DEVICE=cuda timeout 45 python3 -m pytest -q -p no:cacheprovider \
     tests/kernels/test_ffn.py -k blas 2>&1 | tail -2 | tee -a "$LOG"
   echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
 fi

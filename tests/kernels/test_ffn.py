@@ -315,12 +315,13 @@ def test_blas_tanh_is_the_tanh_gelu_of_the_product_rounded_once(
         assert (got - exact).abs().max() > 10 * (got - expected).abs().max()
 
 
-def test_blas_tanh_hands_half_operands_along_and_passes_the_rule(cpu_device) -> None:
+def test_blas_tanh_hands_half_operands_along_and_passes_the_rule(device: str) -> None:
     """A half plan with the Triton LayerNorm: the GEMM's half operand goes in and its half
     output goes to the next GEMM as it is (no cast kernels), and the forward stays within
     the project's rule of the reference."""
     from autotune.backends import get
     from autotune.build import build_candidate
+    from autotune.core.device import detect_device
     from autotune.core.reference import ReferenceTransformer, TransformerConfig, check_outputs
     from autotune.plan import Plan
 
@@ -339,8 +340,10 @@ def test_blas_tanh_hands_half_operands_along_and_passes_the_rule(cpu_device) -> 
     x = torch.randn(2, 12, 32)
     mask = torch.arange(12)[None, :] < torch.tensor([[12], [7]])
     with torch.inference_mode():
-        got = build_candidate(plan, config, cpu_device, reference.state_dict())(x, mask)
-        assert check_outputs(got, reference(x, mask)).passed
+        expected = reference(x, mask)
+        model = build_candidate(plan, config, detect_device(device), reference.state_dict())
+        got = model.to(device)(x.to(device), mask.to(device)).cpu()
+        assert check_outputs(got, expected).passed
 
 
 def test_project_rule_is_an_or_of_absolute_and_relative_error() -> None:
