@@ -87,6 +87,7 @@ for c in sys.argv[1].split(","):
         json.dump(plan, open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
     print(f"case {c}: {n} overlaid plan(s) of the entry")
 PY
+[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
 # The export re-measures about 45 s a case (session 23: 256 s for 6); a study starts only
 # while a long study (90 s; its limit is 130) and the export of every case so far and this
 # one fit.
@@ -95,7 +96,7 @@ done_cases=""
 n_done=0
 for c in ${CASES//,/ }; do
   plans=$(ls /tmp/s24_plans/${c}_*.json 2>/dev/null | sed 's/^/@/' | paste -sd,)
-  [ -n "$plans" ] || continue
+  [ -n "$plans" ] || { echo "case $c: no plan files, not studied" | tee -a "$LOG"; continue; }
   need=$(( 90 + EXPORT_S_PER_CASE * (n_done + 1) ))
   [ "$(left)" -gt "$need" ] || { echo "case $c: study skipped, $(left) s left (needs $need)" | tee -a "$LOG"; continue; }
   n=$(( $(echo "$plans" | tr ',' '\n' | wc -l) + 2 ))

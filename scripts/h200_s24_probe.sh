@@ -21,6 +21,8 @@
 #   with it (docs/plans/c8_blas_flash.json, c8_onetile_64_w8_blas.json). Predicted
 #   (docs/kernels_h200.md, "Session 25"): the four bias + GELU kernels (56 us a forward in
 #   session 16) gone, the FFN GEMMs 1-3 us each longer: case 8 40-50 us lower a forward.
+# Order: correctness first (compiled checks, GPU tests), then case 8's profiles, then case 6's,
+# 13's and 1's (the fold's and row_qkv_stages's, which the export's studies also time).
 # Each step runs only while its time limit fits in the call's 570 s (about 5-6 minutes in
 # all on a warm machine). Returned: s24_probe.log.
 set -o pipefail
@@ -75,9 +77,9 @@ if fits 90 "GPU attention tests"; then
     2>&1 | tail -2 | tee -a "$LOG"
   echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
 fi
-if fits 200 "case 8 profiles"; then
+if fits 150 "case 8 profiles"; then
   step "case 8: the flash attention's plan, the one-tile attention's four, each with blas_tanh"
-  timeout 200 python3 scripts/kernel_profile.py --case 8 --forwards 5 \
+  timeout 150 python3 scripts/kernel_profile.py --case 8 --forwards 5 \
     @docs/plans/c8_triton_fp16_fused_ln.json @docs/plans/c8_onetile_64_w8.json \
     @docs/plans/c8_onetile_32_w4.json @docs/plans/c8_onetile_64_w8_c128.json \
     @docs/plans/c8_onetile_64_w4_c32.json @docs/plans/c8_blas_flash.json \

