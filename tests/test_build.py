@@ -644,3 +644,51 @@ def test_the_forward_lands_in_a_given_output_buffer(plan: Plan, cpu_device, monk
     chunks = 2 if plan.batch_chunk else 1
     # each chunk's forward stored into the buffer's own rows
     assert handed == ([1] * chunks if backend.fused else []), handed
+
+
+def test_attn_ws_runs_the_warp_specialised_form_only_without_a_key_mask(
+    cpu_device, monkeypatch
+) -> None:
+    """attn_ws: an unmasked call (mask=elide on an all-valid mask, or none) goes through
+    the warp-specialised kernel; a masked call runs the flash form (it takes no key mask).
+    Both within the rule of the reference."""
+    import kernels.attention as tri_attn
+
+    launched: list[bool] = []
+    real = tri_attn._launch_ws
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        launched.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tri_attn, "_launch_ws", spy)
+    cfg = TransformerConfig(2, 19, 64, 2, 48, 2, True)
+    torch.manual_seed(5)
+    ref = ReferenceTransformer(cfg).eval()
+    plan = Plan(
+        attention="triton",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        qkv="packed",
+        heads="strided",
+        mask="elide",
+        attn_ws=True,
+        attn_block_m=64,
+        attn_block_n=32,
+        attn_warps=4,
+    )
+    model = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 19, 64)
+    padded = torch.arange(19)[None, :] < torch.tensor([[19], [11]])
+    with torch.inference_mode():
+        for mask, runs_ws in (
+            (None, True),
+            (torch.ones(2, 19, dtype=torch.bool), True),
+            (padded, False),
+        ):
+            launched.clear()
+            xm = x if mask is None else x.masked_fill(~mask[..., None], 0.0)
+            got = model(xm, mask)
+            assert bool(launched) == runs_ws, (mask, launched)
+            assert len(launched) in (0, cfg.num_layers)
+            assert check_outputs(got, ref(xm, mask)).passed

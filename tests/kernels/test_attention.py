@@ -611,3 +611,102 @@ def test_one_tile_shared_memory_refusal_names_the_need() -> None:
         reasons(seq_len=256, block_m=128, head_dim=256, head_chunk=128, num_stages=3)
     )
     assert reasons(seq_len=128, head_dim=256, head_chunk=64, num_stages=3, half_inputs=True) == []
+
+
+# --------------------------------------------------------------------------------------
+# The warp-specialised form (warp_specialize=True)
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("seq_len", "head_dim", "block_m", "block_n"),
+    [
+        (77, 64, 64, 32),
+        (130, 32, 128, 64),
+        (40, 16, 64, 128),
+        (200, 128, 128, 128),
+        (1, 64, 128, 64),
+    ],
+)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_ws_form_matches_the_reference_and_the_flash_form(
+    device: str, seq_len: int, head_dim: int, block_m: int, block_n: int, causal: bool
+) -> None:
+    """Ragged last query and key blocks (their tensor descriptors are bounded by each
+    sequence's rows: the next sequence's rows are never read or written), one key, head
+    dims 16-128; strided q, k, v views of one packed fp16 projection."""
+    q, k, v = packed_qkv(3, seq_len, 2, head_dim, seed=seq_len + head_dim)
+    q, k, v = (t.half() for t in (q, k, v))
+    reference = attention_reference(q.float(), k.float(), v.float(), causal=causal)
+    q_d, k_d, v_d = to_device(device, q, k, v)
+    out = torch.full(q.shape, float("nan"), device=device, dtype=torch.float16)
+    attention(q_d, k_d, v_d, causal=causal, out=out, block_m=block_m, block_n=block_n,
+              precision="fp16", warp_specialize=True)  # fmt: skip
+    flash = attention(q_d, k_d, v_d, causal=causal, block_m=32, block_n=32, precision="fp16")
+    assert torch.isfinite(out).all()
+    assert_matches(out.float().cpu(), reference, "fp16")
+    assert torch.allclose(out.float().cpu(), flash.cpu(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_ws_form_takes_bf16_and_either_output(device: str, out_dtype: torch.dtype) -> None:
+    q, k, v = packed_qkv(2, 45, 2, 64, seed=9)
+    reference = attention_reference(q, k, v, causal=True)
+    q_d, k_d, v_d = (t.to(device=device, dtype=torch.bfloat16) for t in (q, k, v))
+    out = torch.empty(q.shape, device=device, dtype=out_dtype)
+    attention(q_d, k_d, v_d, causal=True, out=out, block_m=64, block_n=32, precision="bf16",
+              warp_specialize=True)  # fmt: skip
+    assert_matches(out.float().cpu(), reference, "bf16")
+
+
+def test_ws_form_refuses_what_it_cannot_take(device: str) -> None:
+    q, k, v = to_device(device, *packed_qkv(1, 40, 2, 64))
+    half = [t.half() for t in (q, k, v)]
+
+    def refused(match: str, *tensors: torch.Tensor, **kwargs: object) -> None:
+        with pytest.raises(ValueError, match=match):
+            attention(*tensors, causal=True, block_m=64, block_n=32, precision="fp16",
+                      warp_specialize=True, **kwargs)  # fmt: skip
+
+    refused("pass them half", q, k, v)
+    refused("takes no key lengths, key mask or key bounds", *half,
+            key_lengths=torch.tensor([40], dtype=torch.int32, device=device))  # fmt: skip
+    refused("takes no key lengths, key mask or key bounds", *half,
+            key_mask=torch.ones(1, 40, dtype=torch.bool, device=device))  # fmt: skip
+    refused("needs num_warps=4", *half, num_warps=8)
+    refused("runs the flash form alone; got head_chunk=16", *half, head_chunk=16)
+    # a head dim the tensor descriptors cannot tile, and a q whose rows are not 16-byte aligned
+    q24, k24, v24 = (t.half() for t in to_device(device, *packed_qkv(1, 40, 2, 24)))
+    refused("power-of-two head dim in 16..256", q24, k24, v24)
+    odd = torch.zeros(1, 40, 3 * 2 * 64 + 4, device=device, dtype=torch.float16)
+    q_odd = odd[..., : 2 * 64].view(1, 40, 2, 64)
+    refused("not 16-byte aligned", q_odd, half[1], half[2])
+
+
+def test_ws_form_support_reasons() -> None:
+    assert reasons(block_m=128, block_n=64, half_inputs=True, warp_specialize=True) == []
+    assert "needs num_warps=4" in " ".join(
+        reasons(block_m=128, num_warps=8, half_inputs=True, warp_specialize=True)
+    )
+    assert "they must arrive half" in " ".join(reasons(block_m=128, warp_specialize=True))
+    assert "compute capability 9.0 or newer, this is sm_80" in " ".join(
+        reasons(block_m=128, half_inputs=True, warp_specialize=True, capability=(8, 0))
+    )
+    assert "block_m in (64, 128)" in " ".join(
+        reasons(block_m=32, half_inputs=True, warp_specialize=True)
+    )
+
+
+@pytest.mark.parametrize(
+    ("block_n", "num_stages", "compiled"),
+    # metadata.shared of _attention_ws_kernel compiled by Triton 3.6 for sm_90 (4 warps a
+    # consumer warpgroup, 12 in all), 128-row tiles, head dim 64, fp16 output (session 25)
+    [(64, 2, 65976), (64, 3, 82456), (128, 2, 98744), (32, 3, 57880)],
+)
+def test_ws_shared_memory_estimate_bounds_triton_compiles(
+    block_n: int, num_stages: int, compiled: int
+) -> None:
+    from kernels.attention import estimate_ws_shared_memory_bytes
+
+    estimate = estimate_ws_shared_memory_bytes(
+        block_m=128, block_n=block_n, head_dim=64, num_stages=num_stages
+    )
+    assert compiled <= estimate <= 1.1 * compiled
