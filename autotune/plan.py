@@ -201,10 +201,11 @@ KNOBS: tuple[Knob, ...] = (
         "Triton attention per layer (attention=triton, fused_layer none): the flash form "
         "warp-specialised (Hopper+): tensor-descriptor (TMA) loads issued by a producer "
         "warpgroup while two consumer warpgroups run the products and the softmax; half "
-        "q, k, v (gemm_precision = attn_precision fp16/bf16), attn_warps=4, attn_block_m "
-        "64/128; a call with a key mask runs the flash form instead (the same result)",
+        "q, k, v (gemm_precision = attn_precision fp16/bf16), attn_warps=4, mask=elide; "
+        "attn_block_m 64 or 128 is each consumer's rows (a program holds twice that); a call "
+        "with a key mask runs the flash form instead (the same result)",
         choices=(False, True),
-        needs={True: "attention=triton per layer, half q/k/v, attn_warps=4, sm_90+"},
+        needs={True: "attention=triton per layer, half q/k/v, attn_warps=4, mask=elide, sm_90+"},
         group="kernels",
     ),
     Knob(

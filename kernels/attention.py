@@ -723,7 +723,9 @@ def estimate_one_tile_shared_memory_bytes(
 
 # The warp-specialised form (``warp_specialize=True``): tiles Triton 3.6 specialises on sm_90
 # (4 warps a consumer warpgroup; it adds the producer's and the second consumer's: 12 warps).
-WS_BLOCK_M = (64, 128)
+# Each consumer takes half the program's rows: at 64 rows both computed the same 64 (the
+# same SASS as 128 rows, session 25's review), so 128 (FlashAttention-3's 2 x 64) or 256.
+WS_BLOCK_M = (128, 256)
 WS_BLOCK_N = (32, 64, 128)
 WS_MIN_CAPABILITY = (9, 0)  # tensor descriptors (TMA) and warp specialisation
 
@@ -733,9 +735,11 @@ def estimate_ws_shared_memory_bytes(
 ) -> int:
     """Shared memory of one program of the warp-specialised form: ``num_stages`` buffers of
     a half k and v tile, the half q tile, the output tile staged for its store, and 1 KiB
-    of barriers. Triton 3.6's compiles (sm_90, 128-row tiles, 64-wide heads, half output):
+    of barriers. Triton 3.6's compiles (sm_90, 64-wide heads, half output): 128-row tiles
     65,976 B at 64-key tiles and 2 stages (this: 66,560), 82,456 at 3 stages (83,968),
-    98,744 at 128-key tiles and 2 stages (99,328)."""
+    98,744 at 128-key tiles and 2 stages (99,328); 256-row tiles 98,744 at 64 keys and 2
+    stages (99,328), 115,224 at 3 (115,712); an fp32 output 82,360 (128/64, 2 stages;
+    82,944). At 64 rows both consumer warpgroups would compute the same rows: not taken."""
     staged = max(num_stages, 1) * 2 * block_n * head_dim * 2
     return staged + block_m * head_dim * 2 + block_m * head_dim * out_bytes + 1024
 
@@ -1195,6 +1199,7 @@ def _launch_ws(
                 f"warp_specialize: {name}'s base or strides {tuple(t.stride())} are not "
                 "16-byte aligned (tensor descriptors); use warp_specialize=False"
             )
+    batch, seq_len, num_heads, head_dim = q.shape
     if q.device.type == "cuda":
         cap = torch.cuda.get_device_capability(q.device)
         if cap < WS_MIN_CAPABILITY:
@@ -1202,7 +1207,20 @@ def _launch_ws(
                 f"warp_specialize needs compute capability 9.0 or newer, this is sm_{cap[0]}"
                 f"{cap[1]}; use warp_specialize=False"
             )
-    batch, seq_len, num_heads, head_dim = q.shape
+        limit = torch.cuda.get_device_properties(q.device).shared_memory_per_block_optin
+        need = estimate_ws_shared_memory_bytes(
+            block_m=block_m,
+            block_n=block_n,
+            head_dim=head_dim,
+            num_stages=num_stages,
+            out_bytes=out.element_size(),
+        )
+        if need > limit:
+            raise ValueError(
+                f"warp_specialize at {block_m}/{block_n}, {num_stages} stages, head dim "
+                f"{head_dim} needs ~{need} B of shared memory, this GPU has {limit}; use "
+                "smaller tiles or fewer stages"
+            )
     _ensure_allocator()
     num_m = triton.cdiv(seq_len, block_m)
     interpreted = is_interpreted(_attention_ws_kernel)

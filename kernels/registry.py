@@ -199,9 +199,9 @@ ATTENTION_CASES = (
     ),
     AttentionCase(2, 37, 1, 24, causal=False, precision="bf16", padded=True, head_chunk=16),
     # The warp-specialised form: ragged last query and key blocks, each tile it takes.
-    AttentionCase(2, 77, 2, 64, causal=True, precision="fp16", block_m=64, block_n=32, ws=True),
+    AttentionCase(2, 77, 2, 64, causal=True, precision="fp16", block_m=128, block_n=32, ws=True),
     AttentionCase(1, 130, 2, 32, causal=False, precision="bf16", block_m=128, block_n=64, ws=True),
-    AttentionCase(2, 40, 1, 16, causal=True, precision="fp16", block_m=64, block_n=128, ws=True),
+    AttentionCase(2, 40, 1, 16, causal=True, precision="fp16", block_m=256, block_n=128, ws=True),
 )
 
 

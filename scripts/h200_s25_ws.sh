@@ -6,10 +6,11 @@
 # (one slice: 16 heads, S 1e5) against cuDNN's 44.8, 0.93-1.12x cuDNN; the route under 3 s
 # needs about 1.05x.
 # 1. The form compiled: `autotune kernels check --match=-ws/` and its GPU tests.
-# 2. scripts/ws_attention_bench.py: cuDNN, the flash form and five ws tiles at B 4, S 1e5,
+# 2. scripts/ws_attention_bench.py: cuDNN, the flash form and six ws tiles at B 4, S 1e5,
 #    H 16, hd 64 (the route's chunk), checked on 64 query rows, then timed interleaved.
-# 3. While time is left: `autotune long --case 14 --seeds 1` with the ws route
-#    (docs/plans/c14_exact_ws.json) and the cuDNN exact route (c14_exact_cudnn_b4_ln.json)
+# 3. While time is left: `autotune long --case 14 --seeds 1` with the two ws routes
+#    (docs/plans/c14_exact_ws.json: 128-row programs; c14_exact_ws_m256.json: 256) and the
+#    cuDNN exact route (c14_exact_cudnn_b4_ln.json)
 #    against one streamed-oracle output (~40 s). If the ws route wins, the next call runs
 #    all 5 seeds (and a case-14 study/export with the long space, which has attn_ws).
 #   AUTOTUNE_COMMIT=... bash scripts/h200_s25_ws.sh    (~6-9 minutes)
@@ -42,9 +43,10 @@ if fits 200 "ws attention bench"; then
     | quiet | tee -a "$LOG"
 fi
 if fits 150 "case 14 routes, 1 seed"; then
-  step "autotune long: the ws exact route and the cuDNN exact route, seed 1234"
+  step "autotune long: the two ws exact routes and the cuDNN exact route, seed 1234"
   timeout $(( TOTAL - SECONDS - 10 )) python3 -m autotune long --case 14 --seeds 1 \
-    --route h200=@docs/plans/c14_exact_ws.json --route h200=@docs/plans/c14_exact_cudnn_b4_ln.json \
+    --route h200=@docs/plans/c14_exact_ws.json --route h200=@docs/plans/c14_exact_ws_m256.json \
+    --route h200=@docs/plans/c14_exact_cudnn_b4_ln.json \
     --out "$OUT/c14_ws_seed1.json" 2>&1 | quiet | tee -a "$LOG" | tail -12
 fi
 step "done ($SECONDS s)"

@@ -31,7 +31,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from kernels._tolerance import TOLERANCE_BY_PRECISION, compare
 from kernels.attention import attention, attention_reference
 
-WS_TILES = [(128, 64, 2), (128, 64, 3), (128, 128, 2), (128, 32, 3), (64, 64, 2)]
+# (rows a program, keys a step, stages): 128 rows is 64 a consumer warpgroup, 256 is 128
+# (FlashAttention-3's); offline (Triton 3.6, sm_90) all 168 registers, no spills, 58-115 KB.
+WS_TILES = [(128, 64, 2), (128, 64, 3), (128, 128, 2), (256, 64, 2), (256, 64, 3), (256, 32, 3)]
 
 
 def sync() -> None:
@@ -99,7 +101,12 @@ def main() -> None:
     ref = attention_reference(
         q[:1].float(), k[:1].float(), v[:1].float(), causal=True, query_rows=rows.to(dev)
     )
-    base = cudnn()[:1, rows.to(dev)].float()
+    try:
+        base = cudnn()[:1, rows.to(dev)].float()
+    except Exception as exc:  # no cuDNN attention here: the Triton variants alone
+        print(f"cudnn FAILED {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+        del variants["cudnn"]
+        base = ref
     ok: dict[str, bool] = {}
     for name, fn in variants.items():
         try:

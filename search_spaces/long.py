@@ -24,9 +24,11 @@ _POLY_OUT = {"poly_stats_first": True, "poly_out_block_n": 32, "poly_out_stages"
 # docs/logs/h200_s15_case14c.json).
 _FLAT = {"poly_prefix_flat": True, "poly_prefix_stages": 3}
 _ELEMENTWISE = {"layernorm": "triton", "ffn_act": "triton_epilogue"}
-# The warp-specialised flash form's tiles: 128 query rows (a 64-row half a consumer), 64
-# keys a step, 2 stages (66 KB of shared memory, 168 registers, 12 warps: Triton 3.6, sm_90).
-_WS = {"attn_ws": True, "attn_block_m": 128, "attn_block_n": 64, "attn_warps": 4, "attn_stages": 2}
+# The warp-specialised flash form's tiles: attn_block_m is each consumer warpgroup's rows (64:
+# programs of 128 rows, FlashAttention-3's), 64 keys a step, 2 stages (66 KB of shared memory,
+# 168 registers, 12 warps: Triton 3.6, sm_90, offline); 128 a consumer (256-row programs,
+# 99 KB) is the second prior.
+_WS = {"attn_ws": True, "attn_block_m": 64, "attn_block_n": 64, "attn_warps": 4, "attn_stages": 2}
 
 SPACE = {
     "name": "gpu-long",
@@ -134,7 +136,7 @@ SPACE = {
             **_FP16,
             **_ELEMENTWISE,
             **_WS,
-            "attn_block_n": 128,
+            "attn_block_m": 128,
             "batch_chunk": 4,
         },
         {**_POLY, "poly_exact_prefix": 2048, "poly_norm": "row", **_POLY_OUT},

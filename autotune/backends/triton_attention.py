@@ -15,11 +15,17 @@ from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
 
 
-def tiles(plan: Any) -> Any:
-    """The plan's attention tiles (``attn_block_m/n``, ``attn_warps``, ``attn_stages``)."""
+def tiles(plan: Any, warp_specialize: bool = False) -> Any:
+    """The plan's attention tiles (``attn_block_m/n``, ``attn_warps``, ``attn_stages``); for
+    the warp-specialised form ``attn_block_m`` is each consumer warpgroup's rows, so a
+    program holds twice that."""
     from kernels._common import Tiles
 
-    return Tiles(plan.attn_block_m, plan.attn_block_n, plan.attn_warps, plan.attn_stages)
+    rows = plan.attn_block_m * (2 if warp_specialize else 1)
+    return Tiles(rows, plan.attn_block_n, plan.attn_warps, plan.attn_stages)
+
+
+WS_CONSUMER_ROWS = (64, 128)  # attn_block_m with attn_ws: a program of 128 or 256 rows
 
 
 def attention_kernel_reasons(
@@ -31,7 +37,7 @@ def attention_kernel_reasons(
         return tri_attn.not_supported_reasons(
             head_dim=config.head_dim,
             seq_len=config.seq_len,
-            **tiles(plan).kwargs(),
+            **tiles(plan, warp_specialize).kwargs(),
             precision=triton_precision(plan.attn_precision),
             device_type=device.type,
             capability=device.capability,
@@ -43,8 +49,21 @@ def attention_kernel_reasons(
         )
 
     found = reasons(False)  # the flash form: a call with a key mask runs it
-    if plan.attn_ws:
+    if not plan.attn_ws:
+        return found
+    if plan.attn_block_m not in WS_CONSUMER_ROWS:
+        found.append(
+            f"attn_ws=True takes attn_block_m {WS_CONSUMER_ROWS[0]} or {WS_CONSUMER_ROWS[1]} "
+            "(each consumer warpgroup's rows; a program holds twice that), got "
+            f"{plan.attn_block_m}"
+        )
+    else:
         found += [r for r in reasons(True) if r not in found]
+    if plan.mask != "elide":
+        found.append(
+            f"attn_ws=True takes no key mask: it needs mask=elide (an all-valid mask dropped "
+            f"after a look on the host; any other runs the flash form), got mask={plan.mask}"
+        )
     return found
 
 
@@ -79,6 +98,8 @@ class TritonAttention(AttentionBackend):
         )
         b, s, d = call.q.shape
         shape = (b, s, c.num_heads, c.head_dim)
+        # the warp-specialised form takes no key mask: a masked call runs the flash form
+        ws = bool(call.plan.attn_ws) and call.mask is None
         out = torch.empty(b, s, d, device=call.q.device, dtype=context_dtype(call.plan))
         attention(
             call.q.view(shape),
@@ -88,11 +109,10 @@ class TritonAttention(AttentionBackend):
             key_mask=call.mask,  # exact for every mask; None: no mask
             key_bounds=bounds,
             out=out.view(shape),
-            **tiles(call.plan).kwargs(),
+            **tiles(call.plan, ws).kwargs(),
             precision=triton_precision(call.plan.attn_precision),
             maxnreg=call.plan.attn_maxnreg,
             head_chunk=call.plan.attn_head_chunk,
-            # the warp-specialised form takes no key mask: a masked call runs the flash form
-            warp_specialize=call.plan.attn_ws and call.mask is None,
+            warp_specialize=ws,
         )
         return out

@@ -619,11 +619,11 @@ def test_one_tile_shared_memory_refusal_names_the_need() -> None:
 @pytest.mark.parametrize(
     ("seq_len", "head_dim", "block_m", "block_n"),
     [
-        (77, 64, 64, 32),
+        (77, 64, 128, 32),
         (130, 32, 128, 64),
-        (40, 16, 64, 128),
-        (200, 128, 128, 128),
-        (1, 64, 128, 64),
+        (40, 16, 128, 128),
+        (300, 128, 256, 64),
+        (1, 64, 256, 32),
     ],
 )
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
@@ -652,7 +652,7 @@ def test_ws_form_takes_bf16_and_either_output(device: str, out_dtype: torch.dtyp
     reference = attention_reference(q, k, v, causal=True)
     q_d, k_d, v_d = (t.to(device=device, dtype=torch.bfloat16) for t in (q, k, v))
     out = torch.empty(q.shape, device=device, dtype=out_dtype)
-    attention(q_d, k_d, v_d, causal=True, out=out, block_m=64, block_n=32, precision="bf16",
+    attention(q_d, k_d, v_d, causal=True, out=out, block_m=128, block_n=32, precision="bf16",
               warp_specialize=True)  # fmt: skip
     assert_matches(out.float().cpu(), reference, "bf16")
 
@@ -663,7 +663,7 @@ def test_ws_form_refuses_what_it_cannot_take(device: str) -> None:
 
     def refused(match: str, *tensors: torch.Tensor, **kwargs: object) -> None:
         with pytest.raises(ValueError, match=match):
-            attention(*tensors, causal=True, block_m=64, block_n=32, precision="fp16",
+            attention(*tensors, causal=True, block_m=128, block_n=32, precision="fp16",
                       warp_specialize=True, **kwargs)  # fmt: skip
 
     refused("pass them half", q, k, v)
@@ -690,23 +690,33 @@ def test_ws_form_support_reasons() -> None:
     assert "compute capability 9.0 or newer, this is sm_80" in " ".join(
         reasons(block_m=128, half_inputs=True, warp_specialize=True, capability=(8, 0))
     )
-    assert "block_m in (64, 128)" in " ".join(
-        reasons(block_m=32, half_inputs=True, warp_specialize=True)
+    # 64 rows: both consumer warpgroups would compute the same rows
+    assert "block_m in (128, 256)" in " ".join(
+        reasons(block_m=64, half_inputs=True, warp_specialize=True)
     )
 
 
 @pytest.mark.parametrize(
-    ("block_n", "num_stages", "compiled"),
+    ("block_m", "block_n", "num_stages", "out_bytes", "compiled"),
     # metadata.shared of _attention_ws_kernel compiled by Triton 3.6 for sm_90 (4 warps a
-    # consumer warpgroup, 12 in all), 128-row tiles, head dim 64, fp16 output (session 25)
-    [(64, 2, 65976), (64, 3, 82456), (128, 2, 98744), (32, 3, 57880)],
+    # consumer warpgroup, 12 in all), head dim 64, fp16 output but the last (session 25)
+    [
+        (128, 64, 2, 2, 65976),
+        (128, 64, 3, 2, 82456),
+        (128, 128, 2, 2, 98744),
+        (128, 32, 3, 2, 57880),
+        (256, 64, 2, 2, 98744),
+        (256, 64, 3, 2, 115224),
+        (256, 32, 3, 2, 90648),
+        (128, 64, 2, 4, 82360),
+    ],
 )
 def test_ws_shared_memory_estimate_bounds_triton_compiles(
-    block_n: int, num_stages: int, compiled: int
+    block_m: int, block_n: int, num_stages: int, out_bytes: int, compiled: int
 ) -> None:
     from kernels.attention import estimate_ws_shared_memory_bytes
 
     estimate = estimate_ws_shared_memory_bytes(
-        block_m=128, block_n=block_n, head_dim=64, num_stages=num_stages
+        block_m=block_m, block_n=block_n, head_dim=64, num_stages=num_stages, out_bytes=out_bytes
     )
     assert compiled <= estimate <= 1.1 * compiled
