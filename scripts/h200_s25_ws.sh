@@ -14,12 +14,17 @@
 #    against one streamed-oracle output (~40 s). If the ws route wins, the next call runs
 #    all 5 seeds (and a case-14 study/export with the long space, which has attn_ws).
 #   AUTOTUNE_COMMIT=... bash scripts/h200_s25_ws.sh    (~6-9 minutes)
-# Returned: s25_ws.log, c14_ws_seed1.json.
+# If a ws route beats cuDNN's there, the 5 official seeds of the routes (issue 18's record,
+# docs/results/h200/case14_exact.json), without the checks and the bench (~5-6 minutes):
+#   AUTOTUNE_COMMIT=... SEEDS=5 ONLY_LONG=1 bash scripts/h200_s25_ws.sh
+# Returned: s25_ws.log, c14_ws_seeds$SEEDS.json.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s25_ws.log"
 TOTAL=${TOTAL:-570}
+SEEDS=${SEEDS:-1}
+ONLY_LONG=${ONLY_LONG:-0}
 quiet() { grep -v -i warn | grep -v "retry ="; }
 fits() {
   local left=$(( TOTAL - SECONDS ))
@@ -27,6 +32,7 @@ fits() {
   echo "skipped (needs $1 s, $left s left): $2" | tee -a "$LOG"
   return 1
 }
+if [ "$ONLY_LONG" != 1 ]; then
 step "kernels check (compiled): the warp-specialised form"
 timeout 120 python3 -m autotune kernels check --match=-ws/ 2>&1 | quiet \
   | grep -E "FAIL|PASS|passed" | tee -a "$LOG"
@@ -42,11 +48,13 @@ if fits 200 "ws attention bench"; then
   timeout 200 python3 scripts/ws_attention_bench.py --batch 4 --rounds 7 --budget 120 2>&1 \
     | quiet | tee -a "$LOG"
 fi
-if fits 150 "case 14 routes, 1 seed"; then
-  step "autotune long: the two ws exact routes and the cuDNN exact route, seed 1234"
-  timeout $(( TOTAL - SECONDS - 10 )) python3 -m autotune long --case 14 --seeds 1 \
+fi
+# the oracle ~40 s a seed, three routes of ~3-4 s a forward
+if fits $(( 60 + 55 * SEEDS )) "case 14 routes, $SEEDS seed(s)"; then
+  step "autotune long: the two ws exact routes and the cuDNN exact route, $SEEDS seed(s)"
+  timeout $(( TOTAL - SECONDS - 10 )) python3 -m autotune long --case 14 --seeds "$SEEDS" \
     --route h200=@docs/plans/c14_exact_ws.json --route h200=@docs/plans/c14_exact_ws_m256.json \
     --route h200=@docs/plans/c14_exact_cudnn_b4_ln.json \
-    --out "$OUT/c14_ws_seed1.json" 2>&1 | quiet | tee -a "$LOG" | tail -12
+    --out "$OUT/c14_ws_seeds$SEEDS.json" 2>&1 | quiet | tee -a "$LOG" | tail -12
 fi
 step "done ($SECONDS s)"
