@@ -692,3 +692,38 @@ def test_attn_ws_runs_the_warp_specialised_form_only_without_a_key_mask(
             assert bool(launched) == runs_ws, (mask, launched)
             assert len(launched) in (0, cfg.num_layers)
             assert check_outputs(got, ref(xm, mask)).passed
+
+
+def test_attn_ws_support_rules_name_what_to_change() -> None:
+    from autotune.core.profiles import get_profile
+    from autotune.tools.kernel_inspect import profile_device
+
+    h200, a100 = (profile_device(get_profile(p)) for p in ("h200", "a100"))
+    config = get_case("14").config
+    plan = Plan(
+        attention="triton",
+        attn_precision="fp16",
+        gemm_precision="fp16",
+        qkv="packed",
+        heads="strided",
+        mask="elide",
+        batch_chunk=4,
+        attn_ws=True,
+        attn_block_m=64,
+        attn_warps=4,
+    )
+    assert not_supported_reasons(plan, config, h200, prune=True) == []
+    assert not_supported_reasons(plan.replace(attn_block_m=128), config, h200, prune=True) == []
+
+    def why(**change: object) -> str:
+        return " ".join(not_supported_reasons(plan.replace(**change), config, h200, prune=True))
+
+    assert "takes attn_block_m 64 or 128" in why(attn_block_m=32)
+    assert "needs mask=elide" in why(mask="apply")
+    assert "attn_maxnreg=80 caps the flash form's" in why(attn_maxnreg=80)
+    assert "needs num_warps=4" in why(attn_warps=8)
+    assert "needs half q, k, v" in why(attn_precision="fp32", gemm_precision="fp32")
+    assert "warp-specialises the project's Triton attention" in why(attention="sdpa_cudnn")
+    assert "compute capability 9.0 or newer, this is sm_80" in " ".join(
+        not_supported_reasons(plan, config, a100, prune=True)
+    )

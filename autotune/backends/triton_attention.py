@@ -59,6 +59,11 @@ def attention_kernel_reasons(
         )
     else:
         found += [r for r in reasons(True) if r not in found]
+    if plan.attn_maxnreg:
+        found.append(
+            f"attn_ws=True runs the warp-specialised kernel, whose warpgroups Triton sizes "
+            f"itself; attn_maxnreg={plan.attn_maxnreg} caps the flash form's: drop one"
+        )
     if plan.mask != "elide":
         found.append(
             f"attn_ws=True takes no key mask: it needs mask=elide (an all-valid mask dropped "
