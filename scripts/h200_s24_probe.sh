@@ -31,13 +31,6 @@ export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s24_probe.log"
 TOTAL=${TOTAL:-570}
 quiet() { grep -v -i warn | grep -v "retry ="; }
-# fits LIMIT: whether a step of that time limit fits in what is left (says so when not)
-fits() {
-  local left=$(( TOTAL - SECONDS ))
-  [ "$left" -gt "$1" ] && return 0
-  echo "skipped (needs $1 s, $left s left): $2" | tee -a "$LOG"
-  return 1
-}
 python3 - <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
 import json
 from autotune.runtime import load_table

@@ -26,12 +26,6 @@ TOTAL=${TOTAL:-570}
 SEEDS=${SEEDS:-1}
 ONLY_LONG=${ONLY_LONG:-0}
 quiet() { grep -v -i warn | grep -v "retry ="; }
-fits() {
-  local left=$(( TOTAL - SECONDS ))
-  [ "$left" -gt "$1" ] && return 0
-  echo "skipped (needs $1 s, $left s left): $2" | tee -a "$LOG"
-  return 1
-}
 if [ "$ONLY_LONG" != 1 ]; then
 step "kernels check (compiled): the warp-specialised form"
 timeout 120 python3 -m autotune kernels check --match=-ws/ 2>&1 | quiet \
