@@ -196,19 +196,6 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
-        "attn_ws",
-        False,
-        "Triton attention per layer (attention=triton, fused_layer none): the flash form "
-        "warp-specialised (Hopper+): tensor-descriptor (TMA) loads issued by a producer "
-        "warpgroup while two consumer warpgroups run the products and the softmax; half "
-        "q, k, v (gemm_precision = attn_precision fp16/bf16), attn_warps=4, mask=elide; "
-        "attn_block_m 64 or 128 is each consumer's rows (a program holds twice that); a call "
-        "with a key mask runs the flash form instead (the same result)",
-        choices=(False, True),
-        needs={True: "attention=triton per layer, half q/k/v, attn_warps=4, mask=elide, sm_90+"},
-        group="kernels",
-    ),
-    Knob(
         "layernorm",
         "torch",
         "LayerNorm: torch ops, or the fused residual-add + LayerNorm + row-zeroing Triton kernel",
@@ -481,7 +468,6 @@ class Plan:
     attn_stages: int = 2
     attn_maxnreg: int = 0
     attn_head_chunk: int = 0
-    attn_ws: bool = False
     layernorm: str = "torch"
     ffn_act: str = "torch"
     poly_chunk: int = 256

@@ -4,8 +4,7 @@ Each module holds its PyTorch reference, the ``@triton.jit`` kernels, a launcher
 validates its inputs, and ``not_supported_reasons(...)`` for planning. Importing this
 package does not import triton; import the submodules you need:
 
-- :mod:`kernels.attention`: fused causal / padded attention forward: the flash form (online
-  softmax), the one-tile form (every key in one tile) and the warp-specialised flash form.
+- :mod:`kernels.attention`: fused causal / padded attention forward (online softmax).
 - :mod:`kernels.layernorm`: fused residual add + LayerNorm + padded-row zeroing.
 - :mod:`kernels.ffn`: bias + exact GELU epilogue, and a GEMM with that epilogue.
 - :mod:`kernels.registry`: small correctness checks over every kernel.

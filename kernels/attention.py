@@ -59,11 +59,9 @@ __all__ = [
     "attention",
     "attention_reference",
     "estimate_shared_memory_bytes",
-    "estimate_ws_shared_memory_bytes",
     "key_mask_bounds",
     "key_mask_bounds_reference",
     "not_supported_reasons",
-    "ws_reasons",
 ]
 
 
@@ -531,111 +529,6 @@ def _attention_keys_kernel(
     grid_dependency_exit(USE_GDC)
 
 
-@triton.jit
-def _attention_ws_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    o_ptr,
-    stride_qb,
-    stride_qs,
-    stride_qh,
-    stride_kb,
-    stride_ks,
-    stride_kh,
-    stride_vb,
-    stride_vs,
-    stride_vh,
-    stride_ob,
-    stride_os,
-    stride_oh,
-    num_heads,
-    num_m_blocks,
-    seq_len,
-    qk_scale,
-    CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    STAGES: tl.constexpr,
-    PRECISION: tl.constexpr,
-    EMULATE_BF16_DOT: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-):
-    """The flash attention with warp specialisation (Hopper+): q, k, v and the output through
-    tensor descriptors (TMA) bounded by each (sequence, head)'s own rows, one loop over the
-    key blocks whose loads a producer warpgroup issues while two consumer warpgroups run the
-    products and the online softmax (``tl.range(..., warp_specialize=True)``: Triton 3.6
-    takes one such loop a kernel, no pointer loads, so the causal mask is applied to every
-    block of that loop). No key mask; half q, k, v; fp32 softmax and accumulator, normalised
-    once at the end (as the flash form). Programs run the longest query blocks first."""
-    pid = tl.program_id(0)
-    bh_count = tl.num_programs(0) // num_m_blocks
-    m_block = num_m_blocks - 1 - pid // bh_count  # the causal form's longest blocks first
-    bh = pid % bh_count
-    off_b = (bh // num_heads).to(tl.int64)
-    off_h = (bh % num_heads).to(tl.int64)
-    desc_q = tl.make_tensor_descriptor(
-        q_ptr + off_b * stride_qb + off_h * stride_qh,
-        shape=[seq_len, HEAD_DIM],
-        strides=[stride_qs, 1],
-        block_shape=[BLOCK_M, HEAD_DIM],
-    )
-    desc_k = tl.make_tensor_descriptor(
-        k_ptr + off_b * stride_kb + off_h * stride_kh,
-        shape=[seq_len, HEAD_DIM],
-        strides=[stride_ks, 1],
-        block_shape=[BLOCK_N, HEAD_DIM],
-    )
-    desc_v = tl.make_tensor_descriptor(
-        v_ptr + off_b * stride_vb + off_h * stride_vh,
-        shape=[seq_len, HEAD_DIM],
-        strides=[stride_vs, 1],
-        block_shape=[BLOCK_N, HEAD_DIM],
-    )
-    desc_o = tl.make_tensor_descriptor(
-        o_ptr + off_b * stride_ob + off_h * stride_oh,
-        shape=[seq_len, HEAD_DIM],
-        strides=[stride_os, 1],
-        block_shape=[BLOCK_M, HEAD_DIM],
-    )
-    start_m = m_block * BLOCK_M
-    offs_m = start_m + tl.arange(0, BLOCK_M)
-    offs_n0 = tl.arange(0, BLOCK_N)
-    q = desc_q.load([start_m, 0])  # rows past the sequence read as zeros (not stored)
-    if EMULATE_BF16_DOT and PRECISION == "bf16":  # the interpreter's bf16 dot
-        q = q.to(tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    hi = tl.minimum(start_m + BLOCK_M, seq_len) if CAUSAL else seq_len
-    for start_n in tl.range(0, hi, BLOCK_N, num_stages=STAGES, warp_specialize=WARP_SPECIALIZE):
-        k = desc_k.load([start_n, 0])  # keys past the sequence read as zeros: masked below
-        if EMULATE_BF16_DOT and PRECISION == "bf16":  # the interpreter's bf16 dot
-            k = k.to(tl.float32)
-        qk = dot(
-            q, k.T, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
-        )
-        offs_n = start_n + offs_n0
-        if CAUSAL:  # keys past the sequence are past every stored row too
-            keep = offs_n[None, :] <= offs_m[:, None]
-        else:
-            keep = (offs_n < seq_len)[None, :] & (offs_m >= 0)[:, None]
-        qk = tl.where(keep, qk * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))  # finite: key 0 is valid for every row
-        p = tl.exp2(qk - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = desc_v.load([start_n, 0])
-        if EMULATE_BF16_DOT and PRECISION == "bf16":  # the interpreter's bf16 dot
-            v = v.to(tl.float32)
-        acc = dot(to_operand(p, PRECISION, EMULATE_BF16_DOT), v, acc, PRECISION, EMULATE_BF16_DOT)
-        m_i = m_new
-    out = acc / l_i[:, None]
-    desc_o.store([start_m, 0], out.to(o_ptr.dtype.element_ty))  # rows past the sequence dropped
-
-
 # --------------------------------------------------------------------------------------
 # Planning: what a configuration needs and whether it can run
 # --------------------------------------------------------------------------------------
@@ -721,75 +614,6 @@ def estimate_one_tile_shared_memory_bytes(
     return (staged + probs) * (2 if precision == "tf32x3" else 1)
 
 
-# The warp-specialised form (``warp_specialize=True``): tiles Triton 3.6 specialises on sm_90
-# (4 warps a consumer warpgroup; it adds the producer's and the second consumer's: 12 warps).
-# Each consumer takes half the program's rows: at 64 rows both computed the same 64 (the
-# same SASS as 128 rows, session 25's review), so 128 (FlashAttention-3's 2 x 64) or 256.
-WS_BLOCK_M = (128, 256)
-WS_BLOCK_N = (32, 64, 128)
-WS_MIN_CAPABILITY = (9, 0)  # tensor descriptors (TMA) and warp specialisation
-
-
-def estimate_ws_shared_memory_bytes(
-    *, block_m: int, block_n: int, head_dim: int, num_stages: int, out_bytes: int = 2
-) -> int:
-    """Shared memory of one program of the warp-specialised form: ``num_stages`` buffers of
-    a half k and v tile, the half q tile, the output tile staged for its store, and 1 KiB
-    of barriers. Triton 3.6's compiles (sm_90, 64-wide heads, half output): 128-row tiles
-    65,976 B at 64-key tiles and 2 stages (this: 66,560), 82,456 at 3 stages (83,968),
-    98,744 at 128-key tiles and 2 stages (99,328); 256-row tiles 98,744 at 64 keys and 2
-    stages (99,328), 115,224 at 3 (115,712); an fp32 output 82,360 (128/64, 2 stages;
-    82,944). At 64 rows both consumer warpgroups would compute the same rows: not taken."""
-    staged = max(num_stages, 1) * 2 * block_n * head_dim * 2
-    return staged + block_m * head_dim * 2 + block_m * head_dim * out_bytes + 1024
-
-
-def ws_reasons(
-    *,
-    head_dim: int,
-    block_m: int,
-    block_n: int,
-    num_warps: int,
-    precision: str,
-    head_chunk: int = 0,
-    maxnreg: int = 0,
-    pdl: bool = False,
-    device_type: str | None = None,
-    capability: tuple[int, int] | None = None,
-) -> list[str]:
-    """Why the warp-specialised form cannot take this configuration ([] when it can)."""
-    reasons = []
-    if precision not in HALF_PRECISIONS:
-        reasons.append(
-            f"warp_specialize needs half q, k, v (precision fp16 or bf16), got {precision!r}"
-        )
-    if not is_power_of_2(head_dim) or not 16 <= head_dim <= 256:
-        reasons.append(
-            f"warp_specialize needs a power-of-two head dim in 16..256 (its tensor "
-            f"descriptors' tile), got {head_dim}"
-        )
-    if block_m not in WS_BLOCK_M or block_n not in WS_BLOCK_N:
-        reasons.append(
-            f"warp_specialize takes block_m in {WS_BLOCK_M} and block_n in {WS_BLOCK_N}, got "
-            f"{block_m}/{block_n}"
-        )
-    if num_warps != 4:
-        reasons.append(
-            f"warp_specialize needs num_warps=4 (a consumer warpgroup; Triton adds the "
-            f"producer and the second consumer: 12 warps), got {num_warps}"
-        )
-    for name, value in (("head_chunk", head_chunk), ("maxnreg", maxnreg), ("pdl", pdl)):
-        if value:
-            reasons.append(f"warp_specialize runs the flash form alone; got {name}={value}")
-    if device_type == "cuda" and (capability is None or tuple(capability) < WS_MIN_CAPABILITY):
-        have = "an unknown GPU" if capability is None else f"sm_{capability[0]}{capability[1]}"
-        reasons.append(
-            f"warp_specialize needs tensor descriptors (TMA): compute capability "
-            f"{WS_MIN_CAPABILITY[0]}.{WS_MIN_CAPABILITY[1]} or newer, this is {have}"
-        )
-    return reasons
-
-
 def _config_errors(
     *,
     head_dim: int,
@@ -832,7 +656,6 @@ def not_supported_reasons(
     prune_pointless: bool = True,
     head_chunk: int = 0,
     half_inputs: bool = False,
-    warp_specialize: bool = False,
 ) -> list[str]:
     """Why this attention configuration should not run here; empty list = supported.
 
@@ -851,19 +674,6 @@ def not_supported_reasons(
     if seq_len < 1:
         reasons.append(f"seq_len={seq_len} must be >= 1")
     reasons += one_tile_reasons(head_chunk, seq_len)
-    if warp_specialize:
-        reasons += ws_reasons(
-            head_dim=head_dim,
-            block_m=block_m,
-            block_n=block_n,
-            num_warps=num_warps,
-            precision=precision,
-            head_chunk=head_chunk,
-            device_type=device_type,
-            capability=capability,
-        )
-        if not half_inputs:
-            reasons.append("warp_specialize loads q, k, v as they are: they must arrive half")
     padded_seq = max(MIN_BLOCK, next_power_of_2(seq_len))
     blocks = (("block_m", block_m),) if head_chunk else (("block_m", block_m), ("block_n", block_n))
     for name, value in blocks:
@@ -874,14 +684,6 @@ def not_supported_reasons(
         reasons.append(f"head_chunk={head_chunk} > padded head dim {padded_d}")
 
     def smem_needed() -> int:
-        if warp_specialize:
-            return estimate_ws_shared_memory_bytes(  # an fp32 output at most
-                block_m=block_m,
-                block_n=block_n,
-                head_dim=head_dim,
-                num_stages=num_stages,
-                out_bytes=4,
-            )
         if head_chunk:
             return estimate_one_tile_shared_memory_bytes(
                 seq_len=seq_len,
@@ -901,13 +703,7 @@ def not_supported_reasons(
         )
 
     return launch_reasons(
-        kernel=(
-            _attention_ws_kernel
-            if warp_specialize
-            else _attention_keys_kernel
-            if head_chunk
-            else _attention_fwd_kernel
-        ),
+        kernel=_attention_keys_kernel if head_chunk else _attention_fwd_kernel,
         device_type=device_type,
         precision=precision,
         capability=capability,
@@ -1021,7 +817,6 @@ def attention(
     pdl_trigger: str = "start",
     maxnreg: int = 0,
     head_chunk: int = 0,
-    warp_specialize: bool = False,
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``
     float32). ``out`` may be float16: computed in fp32, rounded once on the store.
@@ -1043,9 +838,6 @@ def attention(
     ``head_chunk`` > 0: every key in one tile and the head dim in chunks of that width
     (``_attention_keys_kernel``; sequences up to ``MAX_ONE_TILE_KEYS``; ``block_n`` unused):
     an exact softmax instead of the online one, for short sequences at large head dims.
-    ``warp_specialize``: the flash form as ``_attention_ws_kernel`` (Hopper+; half q, k, v;
-    no key lengths, mask or bounds; ``num_warps=4``; ``ws_reasons`` lists the rest): tensor
-    descriptors, a producer warpgroup loading k and v while two consumers compute.
     """
     check_precision(precision)
     use_gdc = gdc_mode(pdl, pdl_trigger)
@@ -1061,24 +853,6 @@ def attention(
     )
     errors += maxnreg_errors("maxnreg", maxnreg)
     errors += one_tile_reasons(head_chunk, seq_len)
-    if warp_specialize:
-        errors += ws_reasons(
-            head_dim=head_dim,
-            block_m=block_m,
-            block_n=block_n,
-            num_warps=num_warps,
-            precision=precision,
-            head_chunk=head_chunk,
-            maxnreg=maxnreg,
-            pdl=pdl,
-        )
-        if key_lengths is not None or key_mask is not None or key_bounds is not None:
-            errors.append(
-                "warp_specialize takes no key lengths, key mask or key bounds (its loop "
-                "applies the causal mask alone); use warp_specialize=False"
-            )
-        if q.dtype == torch.float32:
-            errors.append("warp_specialize loads q, k, v as they are: pass them half")
     if errors:
         raise ValueError("; ".join(errors))
     if out is None:
@@ -1103,9 +877,6 @@ def attention(
     if not math.isfinite(scale):
         raise ValueError(f"scale={scale} must be finite")
     if q.numel() == 0:
-        return out
-    if warp_specialize:
-        _launch_ws(q, k, v, out, causal, scale, block_m, block_n, num_stages, precision)
         return out
     block_d = padded_head_dim(head_dim)
     grid = (batch * num_heads * triton.cdiv(seq_len, block_m),)
@@ -1155,103 +926,3 @@ def attention(
         **maxnreg_launch(maxnreg),
     )
     return out
-
-
-def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Triton's workspace for tensor descriptors made on the device (128 B each)."""
-    device = (
-        torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-    )
-    return torch.empty(size, dtype=torch.int8, device=device or "cpu")
-
-
-def _ensure_allocator() -> None:
-    """Device-made tensor descriptors need a workspace allocator: ours (a torch allocation,
-    stream-ordered, capture-safe) unless the caller has set one."""
-    try:
-        from triton.runtime import _allocation
-
-        unset = _allocation._allocator.get() is _allocation._NULL_ALLOCATOR
-    except (ImportError, AttributeError):  # another Triton's layout: set ours
-        unset = True
-    if unset:
-        triton.set_allocator(_scratch)
-
-
-def _launch_ws(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    causal: bool,
-    scale: float,
-    block_m: int,
-    block_n: int,
-    num_stages: int,
-    precision: str,
-) -> None:
-    """``_attention_ws_kernel`` on validated inputs, after the checks only it needs: every
-    tensor's base and strides 16-byte aligned (tensor descriptors), a Hopper+ GPU."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        size = t.element_size()
-        if t.data_ptr() % 16 or any(st * size % 16 for st in t.stride()[:3]):
-            raise ValueError(
-                f"warp_specialize: {name}'s base or strides {tuple(t.stride())} are not "
-                "16-byte aligned (tensor descriptors); use warp_specialize=False"
-            )
-    batch, seq_len, num_heads, head_dim = q.shape
-    if q.device.type == "cuda":
-        cap = torch.cuda.get_device_capability(q.device)
-        if cap < WS_MIN_CAPABILITY:
-            raise ValueError(
-                f"warp_specialize needs compute capability 9.0 or newer, this is sm_{cap[0]}"
-                f"{cap[1]}; use warp_specialize=False"
-            )
-        limit = torch.cuda.get_device_properties(q.device).shared_memory_per_block_optin
-        need = estimate_ws_shared_memory_bytes(
-            block_m=block_m,
-            block_n=block_n,
-            head_dim=head_dim,
-            num_stages=num_stages,
-            out_bytes=out.element_size(),
-        )
-        if need > limit:
-            raise ValueError(
-                f"warp_specialize at {block_m}/{block_n}, {num_stages} stages, head dim "
-                f"{head_dim} needs ~{need} B of shared memory, this GPU has {limit}; use "
-                "smaller tiles or fewer stages"
-            )
-    _ensure_allocator()
-    num_m = triton.cdiv(seq_len, block_m)
-    interpreted = is_interpreted(_attention_ws_kernel)
-    _attention_ws_kernel[(num_m * batch * num_heads,)](
-        q,
-        k,
-        v,
-        out,
-        q.stride(0),
-        q.stride(1),
-        q.stride(2),
-        k.stride(0),
-        k.stride(1),
-        k.stride(2),
-        v.stride(0),
-        v.stride(1),
-        v.stride(2),
-        out.stride(0),
-        out.stride(1),
-        out.stride(2),
-        num_heads,
-        num_m,
-        seq_len,
-        scale * LOG2_E,
-        CAUSAL=bool(causal),
-        BLOCK_M=block_m,
-        BLOCK_N=block_n,
-        HEAD_DIM=head_dim,
-        STAGES=num_stages,
-        PRECISION=precision,
-        EMULATE_BF16_DOT=interpreted,
-        WARP_SPECIALIZE=not interpreted,
-        num_warps=4,
-    )

@@ -99,8 +99,6 @@ class AttentionCase:
     bounds: bool = False
     # > 0: the one-tile form (every key in one tile, the head dim in chunks of this width)
     head_chunk: int = 0
-    # the warp-specialised form (tensor descriptors; half q, k, v; no key mask)
-    ws: bool = False
 
     @property
     def name(self) -> str:
@@ -110,7 +108,6 @@ class AttentionCase:
         tiles = f"bm{self.block_m}-" + (
             f"onetile-hc{self.head_chunk}" if self.head_chunk else f"bn{self.block_n}"
         )
-        tiles += "-ws" if self.ws else ""
         return (
             f"attention/{mask}{pad}/B{self.batch}-S{self.seq_len}-H{self.num_heads}-"
             f"hd{self.head_dim}/{tiles}/{self.precision}"
@@ -141,11 +138,7 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
         q, k, v, causal=case.causal, key_lengths=key_lengths, key_mask=key_mask
     )
 
-    # the warp-specialised form loads q, k, v as they are: hand it the half operands the
-    # other forms round to inside (the same values)
-    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(case.precision)
-    packed = qkv.to(half) if case.ws and half is not None else qkv
-    q_dev, k_dev, v_dev = packed.to(device).view(b, s, 3, h, hd).unbind(2)
+    q_dev, k_dev, v_dev = qkv.to(device).view(b, s, 3, h, hd).unbind(2)
     out = torch.full((b, s, h * hd), float("nan"), device=device)
     mask_dev = None if key_mask is None else key_mask.to(device)
     bounds = None
@@ -171,7 +164,6 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
         block_n=case.block_n,
         precision=case.precision,
         head_chunk=case.head_chunk,
-        warp_specialize=case.ws,
     )
     return _result(out.view(b, s, h, hd), reference, case.precision)
 
@@ -198,10 +190,6 @@ ATTENTION_CASES = (
         3, 45, 2, 32, causal=True, precision="fp16", key_mask=True, bounds=True, head_chunk=16
     ),
     AttentionCase(2, 37, 1, 24, causal=False, precision="bf16", padded=True, head_chunk=16),
-    # The warp-specialised form: ragged last query and key blocks, each tile it takes.
-    AttentionCase(2, 77, 2, 64, causal=True, precision="fp16", block_m=128, block_n=32, ws=True),
-    AttentionCase(1, 130, 2, 32, causal=False, precision="bf16", block_m=128, block_n=64, ws=True),
-    AttentionCase(2, 40, 1, 16, causal=True, precision="fp16", block_m=256, block_n=128, ws=True),
 )
 
 

@@ -24,11 +24,6 @@ _POLY_OUT = {"poly_stats_first": True, "poly_out_block_n": 32, "poly_out_stages"
 # docs/logs/h200_s15_case14c.json).
 _FLAT = {"poly_prefix_flat": True, "poly_prefix_stages": 3}
 _ELEMENTWISE = {"layernorm": "triton", "ffn_act": "triton_epilogue"}
-# The warp-specialised flash form's tiles: attn_block_m is each consumer warpgroup's rows (64:
-# programs of 128 rows, FlashAttention-3's), 64 keys a step, 2 stages (66 KB of shared memory,
-# 168 registers, 12 warps: Triton 3.6, sm_90, offline); 128 a consumer (256-row programs,
-# 99 KB) is the second prior.
-_WS = {"attn_ws": True, "attn_block_m": 64, "attn_block_n": 64, "attn_warps": 4, "attn_stages": 2}
 
 SPACE = {
     "name": "gpu-long",
@@ -95,9 +90,6 @@ SPACE = {
         },
         {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton", "polynomial"]}},
         {"name": "attn_stages", "values": [2, 3], "when": {"attention": ["triton", "polynomial"]}},
-        # The warp-specialised flash form (session 25, not yet measured): 4 warps a consumer
-        # warpgroup, 12 in all, 1 block an SM (Triton 3.6, sm_90, offline).
-        {"name": "attn_ws", "values": [False, True], "when": {"attention": ["triton"]}},
         # Key-mask bounds: the official masks are all True. The Triton route ran 8.17 s a
         # forward in session 9 against 3.44 s in session 3, before the kernel read the key
         # mask in every block; the bounds give back the unmasked step (not yet measured).
@@ -126,17 +118,6 @@ SPACE = {
             **_FP16,
             **_ELEMENTWISE,
             "ffn_act": "blas_tanh",
-            "batch_chunk": 4,
-        },
-        # The exact route on the warp-specialised Triton attention (session 25): what could
-        # take the exact route under 3 s if it beats cuDNN's 44.8 ms a slice by ~5%.
-        {"attention": "triton", **_FP16, **_ELEMENTWISE, **_WS, "batch_chunk": 4},
-        {
-            "attention": "triton",
-            **_FP16,
-            **_ELEMENTWISE,
-            **_WS,
-            "attn_block_m": 128,
             "batch_chunk": 4,
         },
         {**_POLY, "poly_exact_prefix": 2048, "poly_norm": "row", **_POLY_OUT},

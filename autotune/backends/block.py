@@ -43,11 +43,6 @@ class FusedBlock(BlockBackend):
                 f"row_qkv_stages={plan.row_qkv_stages} sets the QKV rows kernel's stages, a "
                 "kernel of fused_layer=rows; fused_block runs the layer in its own kernels"
             )
-        if plan.attn_ws:
-            reasons.append(
-                "attn_ws=True warp-specialises the per-layer Triton attention; fused_block "
-                "runs the attention inside its own kernel"
-            )
         if plan.attn_head_chunk:
             reasons.append(
                 f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "

@@ -62,11 +62,6 @@ class NoFusedLayer(FusedLayerFamily):
                 f"attn_maxnreg={plan.attn_maxnreg} caps the registers of the project's Triton "
                 f"attention (attention=triton); got attention={plan.attention}"
             )
-        if plan.attn_ws and plan.attention != "triton":
-            reasons.append(
-                "attn_ws=True warp-specialises the project's Triton attention "
-                f"(attention=triton); got attention={plan.attention}"
-            )
         if plan.attn_head_chunk and plan.attention != "triton":
             reasons.append(
                 f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "
@@ -201,11 +196,6 @@ class _FusedLayer(FusedLayerFamily):
                 "attention kernel, per layer or of fused_layer=rows without row_attn_post "
                 "(heads and seq fuse the attention into their own kernels); got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
-            )
-        if plan.attn_ws:
-            reasons.append(
-                "attn_ws=True warp-specialises the per-layer Triton attention (fused_layer "
-                f"none); fused_layer={self.value} runs its attention in its own kernels"
             )
         if plan.row_qkv_stages and self.value != "rows":
             reasons.append(

@@ -15,17 +15,11 @@ from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
 
 
-def tiles(plan: Any, warp_specialize: bool = False) -> Any:
-    """The plan's attention tiles (``attn_block_m/n``, ``attn_warps``, ``attn_stages``); for
-    the warp-specialised form ``attn_block_m`` is each consumer warpgroup's rows, so a
-    program holds twice that."""
+def tiles(plan: Any) -> Any:
+    """The plan's attention tiles (``attn_block_m/n``, ``attn_warps``, ``attn_stages``)."""
     from kernels._common import Tiles
 
-    rows = plan.attn_block_m * (2 if warp_specialize else 1)
-    return Tiles(rows, plan.attn_block_n, plan.attn_warps, plan.attn_stages)
-
-
-WS_CONSUMER_ROWS = (64, 128)  # attn_block_m with attn_ws: a program of 128 or 256 rows
+    return Tiles(plan.attn_block_m, plan.attn_block_n, plan.attn_warps, plan.attn_stages)
 
 
 def attention_kernel_reasons(
@@ -33,43 +27,18 @@ def attention_kernel_reasons(
 ) -> list[str]:
     from kernels import attention as tri_attn
 
-    def reasons(warp_specialize: bool) -> list[str]:
-        return tri_attn.not_supported_reasons(
-            head_dim=config.head_dim,
-            seq_len=config.seq_len,
-            **tiles(plan, warp_specialize).kwargs(),
-            precision=triton_precision(plan.attn_precision),
-            device_type=device.type,
-            capability=device.capability,
-            smem_bytes=device.smem_per_block or None,
-            prune_pointless=prune,
-            head_chunk=plan.attn_head_chunk,
-            half_inputs=half_qkv(plan),
-            warp_specialize=warp_specialize,
-        )
-
-    found = reasons(False)  # the flash form: a call with a key mask runs it
-    if not plan.attn_ws:
-        return found
-    if plan.attn_block_m not in WS_CONSUMER_ROWS:
-        found.append(
-            f"attn_ws=True takes attn_block_m {WS_CONSUMER_ROWS[0]} or {WS_CONSUMER_ROWS[1]} "
-            "(each consumer warpgroup's rows; a program holds twice that), got "
-            f"{plan.attn_block_m}"
-        )
-    else:
-        found += [r for r in reasons(True) if r not in found]
-    if plan.attn_maxnreg:
-        found.append(
-            f"attn_ws=True runs the warp-specialised kernel, whose warpgroups Triton sizes "
-            f"itself; attn_maxnreg={plan.attn_maxnreg} caps the flash form's: drop one"
-        )
-    if plan.mask != "elide":
-        found.append(
-            f"attn_ws=True takes no key mask: it needs mask=elide (an all-valid mask dropped "
-            f"after a look on the host; any other runs the flash form), got mask={plan.mask}"
-        )
-    return found
+    return tri_attn.not_supported_reasons(
+        head_dim=config.head_dim,
+        seq_len=config.seq_len,
+        **tiles(plan).kwargs(),
+        precision=triton_precision(plan.attn_precision),
+        device_type=device.type,
+        capability=device.capability,
+        smem_bytes=device.smem_per_block or None,
+        prune_pointless=prune,
+        head_chunk=plan.attn_head_chunk,
+        half_inputs=half_qkv(plan),
+    )
 
 
 @register
@@ -80,11 +49,7 @@ class TritonAttention(AttentionBackend):
     triton = True
 
     def needs_mask_kind(self, plan: Any) -> bool:
-        # Any mask is applied on the device, so no call needs the mask's kind, but for the
-        # warp-specialised form with mask=elide: it takes no key mask, so an all-valid mask
-        # is dropped after a look on the host (one sync: case 14's oracle-judged plans)
-        # and a real one sends the call to the flash form.
-        return bool(plan.attn_ws) and plan.mask == "elide"
+        return False
 
     def kernel_reasons(
         self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
@@ -103,8 +68,6 @@ class TritonAttention(AttentionBackend):
         )
         b, s, d = call.q.shape
         shape = (b, s, c.num_heads, c.head_dim)
-        # the warp-specialised form takes no key mask: a masked call runs the flash form
-        ws = bool(call.plan.attn_ws) and call.mask is None
         out = torch.empty(b, s, d, device=call.q.device, dtype=context_dtype(call.plan))
         attention(
             call.q.view(shape),
@@ -114,10 +77,9 @@ class TritonAttention(AttentionBackend):
             key_mask=call.mask,  # exact for every mask; None: no mask
             key_bounds=bounds,
             out=out.view(shape),
-            **tiles(call.plan, ws).kwargs(),
+            **tiles(call.plan).kwargs(),
             precision=triton_precision(call.plan.attn_precision),
             maxnreg=call.plan.attn_maxnreg,
             head_chunk=call.plan.attn_head_chunk,
-            warp_specialize=ws,
         )
         return out
