@@ -223,8 +223,9 @@ def test_the_one_time_gate_serves_a_passing_plan_reports_it_and_caches_it(tmp_pa
     model = fresh()
     with serving():
         assert "a one-time gate checks the plan of bucket batch 1-8" in str(model.explain(x, mask))
-        with pytest.warns(UserWarning, match=r"one-time gate of plan \w+ passed"):
+        with pytest.warns(UserWarning, match=r"one-time gate of plan \w+ passed") as caught:
             y = model(x, mask)
+        assert {w.filename for w in caught if "one-time gate" in str(w.message)} == {__file__}
         assert check_outputs(y, ref(x, mask)).passed
         assert model.last_route.plan == Plan.from_dict(HEADS)
         assert "gate on first use" in str(model.last_route) and "passed" in str(model.last_route)
@@ -377,6 +378,8 @@ def test_a_refused_table_never_gates(tmp_path) -> None:
         model(x, None)
     assert model.last_route.plan is None and "table refused" in str(model.last_route)
     assert not any("one-time gate" in str(w.message) for w in seen)
+    (refused,) = [w for w in seen if "refused, the reference serves" in str(w.message)]
+    assert refused.filename == __file__  # the caller's line
 
 
 def test_new_weights_are_gated_again(tmp_path) -> None:

@@ -84,7 +84,9 @@ def _contract_warnings(model, calls: int, batch: int = 2) -> list[str]:
         warnings.simplefilter("always")
         for seed in range(calls):
             model(torch.randn(batch, 16, 32, generator=torch.Generator().manual_seed(seed)))
-    return [str(w.message) for w in caught if "serving()" in str(w.message)]
+    ours = [w for w in caught if "serving()" in str(w.message)]
+    assert all(w.filename == __file__ for w in ours), [w.filename for w in ours]  # our line
+    return [str(w.message) for w in ours]
 
 
 def test_no_grad_under_default_flags_warns_once_naming_the_flags_and_the_fix(
@@ -137,6 +139,45 @@ def test_no_contract_warning_without_a_tuned_entry(table, default_flags) -> None
     with torch.no_grad():
         assert _contract_warnings(model, calls=2, batch=3) == []  # no entry for B=3
         assert "no entry for case key" in str(model.explain(torch.randn(3, 16, 32)))
+
+
+def test_a_call_runs_with_its_inputs_gpu_current(table, monkeypatch) -> None:
+    """Triton launches and CUDA graphs go to the current device: a model on cuda:1 called
+    while cuda:0 is current must make cuda:1 current for the call (checked here with
+    stand-ins for torch.cuda: CI has no GPU), and the CPU and the current GPU enter nothing."""
+    from types import SimpleNamespace
+
+    from autotune.runtime import dispatch
+
+    entered: list[object] = []
+
+    class Device:  # torch.cuda.device's stand-in
+        def __init__(self, device: int) -> None:
+            self.device = device
+
+        def __enter__(self) -> None:
+            entered.append(self.device)
+
+        def __exit__(self, *exc: object) -> None:
+            entered.append("exit")
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    with dispatch.input_device(SimpleNamespace(is_cuda=True, get_device=lambda: 1)):
+        assert entered == [1]
+    assert entered[-1] == "exit"
+    for same in (SimpleNamespace(is_cuda=True, get_device=lambda: 0), torch.zeros(1)):
+        with dispatch.input_device(same):
+            pass
+    assert len(entered) == 2
+    # and every forward goes through it, with the call's input
+    seen: list[torch.Size] = []
+    real = dispatch.input_device
+    monkeypatch.setattr(dispatch, "input_device", lambda x: seen.append(x.shape) or real(x))
+    model, _ = _model(table)
+    with serving():
+        model(torch.randn(2, 16, 32))
+    assert seen == [torch.Size([2, 16, 32])]
 
 
 def test_serving_restores_flags_and_grad_mode() -> None:

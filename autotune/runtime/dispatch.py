@@ -443,12 +443,12 @@ class DispatchedTransformer(ReferenceTransformer):
                 warnings.warn(
                     f"gate cache {self.gate_cache} not written ({exc}); the verdict is kept "
                     "in this process only",
-                    stacklevel=5,
+                    stacklevel=7,
                 )
         warnings.warn(
             f"DispatchedTransformer: unseen shape {key}: one-time gate of plan {plan.hash} "
             f"{'passed' if verdict[0] else 'FAILED (the reference serves)'}: {verdict[1]}",
-            stacklevel=5,
+            stacklevel=7,  # the caller's: past _resolve, _forward, forward, nn.Module's two
         )
         self._routes = {k: r for k, r in self._routes.items() if k[0] != key}
 
@@ -464,7 +464,7 @@ class DispatchedTransformer(ReferenceTransformer):
             f"and the reference served, because {'; and '.join(problems)}. Fix: "
             f"{SERVING_FIX} (torch.inference_mode() with the official flags). Warned once "
             "per model; explain(x, mask) gives every reason.",
-            stacklevel=6,  # the caller's line: past _resolve, forward and nn.Module's frames
+            stacklevel=7,  # the caller's: past _resolve, _forward, forward, nn.Module's two
         )
         self._warned_contract = True
 
@@ -482,6 +482,10 @@ class DispatchedTransformer(ReferenceTransformer):
         return cand
 
     def forward(self, x: Tensor, valid_token_mask: Tensor | None = None) -> Tensor:
+        with input_device(x):
+            return self._forward(x, valid_token_mask)
+
+    def _forward(self, x: Tensor, valid_token_mask: Tensor | None) -> Tensor:
         key = _call_key(x, valid_token_mask)
         served = self._served.get(key)
         if served is None:
@@ -525,7 +529,7 @@ class DispatchedTransformer(ReferenceTransformer):
                 warnings.warn(
                     f"dispatch table {self.table.source} refused, the reference "
                     f"serves: {'; '.join(route.reasons)}",
-                    stacklevel=4,
+                    stacklevel=6,
                 )
                 self._warned = True
             elif self.table is not None and not self._warned_contract:
@@ -534,6 +538,19 @@ class DispatchedTransformer(ReferenceTransformer):
         info, _ = self._device(x.device)
         assert route.key is not None
         return route, self._candidate(route.key, route.plan, info)
+
+
+def input_device(x: Tensor) -> contextlib.AbstractContextManager[Any]:
+    """The input's GPU made current for the call where it is not already: Triton launches
+    its kernels, and CUDA graphs are captured and replayed, on the current device, not on
+    the tensors' (a model on cuda:1 called while cuda:0 is current would hand device-1
+    pointers to kernels on device 0). Nothing to enter on the CPU or the current GPU."""
+    if x.is_cuda and (index := x.get_device()) != torch.cuda.current_device():
+        return torch.cuda.device(index)
+    return _NO_CONTEXT
+
+
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: it holds no state
 
 
 def _call_key(x: Tensor, mask: Tensor | None) -> tuple[Any, ...]:
