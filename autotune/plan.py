@@ -447,6 +447,18 @@ KNOBS: tuple[Knob, ...] = (
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 
 
+# Knobs that existed and were removed: stored plans (studies.db's trials, plan files) that
+# hold one at its default value read as the same plan without it (the hash leaves defaults
+# out, so it is unchanged); any other value is refused with the reason.
+RETIRED_KNOBS: dict[str, tuple[Any, str]] = {
+    "attn_ws": (
+        False,
+        "session 26: the warp-specialised attention failed its checks compiled on the H200 "
+        "and ran slower than cuDNN; docs/kernels_h200.md",
+    ),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """Every implementation choice; defaults are the reference's choices."""
@@ -514,6 +526,15 @@ class Plan:
     def from_dict(cls, data: Mapping[str, Any]) -> Plan:
         if not isinstance(data, Mapping):
             raise ValueError(f"a plan is a JSON object of knob: value, got {data!r}")
+        retired = {k: v for k, v in data.items() if k in RETIRED_KNOBS}
+        for name, value in retired.items():
+            default, why = RETIRED_KNOBS[name]
+            if value != default:
+                raise ValueError(
+                    f"knob {name}={value!r} was removed ({why}); only {name}={default!r} "
+                    "still reads (as the plan without it): drop the key from the plan"
+                )
+        data = {k: v for k, v in data.items() if k not in retired}
         unknown = sorted(set(data) - set(KNOBS_BY_NAME))
         if unknown:
             raise ValueError(

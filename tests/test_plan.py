@@ -34,6 +34,17 @@ def test_unknown_knob_is_refused_with_the_list_of_valid_ones() -> None:
         Plan.from_json('{"tile": 64}')
 
 
+def test_a_retired_knob_at_its_default_reads_as_the_plan_without_it() -> None:
+    """studies.db holds session 26's trials with attn_ws=false (the knob was removed after
+    them): they read as the same plan, same hash; a retired knob set otherwise is refused."""
+    stored = {"attention": "triton", "attn_ws": False, "qkv": "packed"}
+    plan = Plan.from_dict(stored)
+    assert plan == Plan.from_json('{"attention": "triton", "qkv": "packed"}')
+    assert "attn_ws" not in plan.to_dict() and plan.hash == Plan.from_dict(plan.to_dict()).hash
+    with pytest.raises(ValueError, match=r"attn_ws=True was removed \(session 26.*drop the key"):
+        Plan.from_dict(dict(stored, attn_ws=True))
+
+
 def test_unknown_value_is_refused_with_the_valid_values() -> None:
     with pytest.raises(ValueError, match='valid values: "reference", "sdpa_math"'):
         Plan.from_json('{"attention": "magic"}')
