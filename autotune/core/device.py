@@ -61,13 +61,16 @@ def cpu_name() -> str:
     return name
 
 
-def detect_device(kind: str = "auto") -> DeviceInfo:
-    """The device to run on: ``cuda`` if present (or asked for), else the CPU."""
+def detect_device(kind: str = "auto", index: int | None = None) -> DeviceInfo:
+    """The device to run on: ``cuda`` if present (or asked for), else the CPU. A GPU is
+    described by its properties: GPU ``index``, or the current one."""
     if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
         return DeviceInfo("cpu", cpu_name(), None, _host_memory())
     if not torch.cuda.is_available():
         raise ValueError("a CUDA device was asked for, but torch sees none; use --gpu cpu")
-    props = torch.cuda.get_device_properties(0)
+    props = torch.cuda.get_device_properties(
+        torch.cuda.current_device() if index is None else index
+    )
     smem = int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
     return DeviceInfo(
         "cuda",
