@@ -238,6 +238,30 @@ def test_the_one_time_gate_serves_a_passing_plan_reports_it_and_caches_it(tmp_pa
         assert again.last_route.plan == Plan.from_dict(HEADS)
 
 
+def test_an_unreadable_gate_cache_warns_at_the_callers_line_and_is_rewritten(tmp_path) -> None:
+    path = _table(tmp_path, [_bucket(HEADS)])
+    cache = tmp_path / "gates.json"
+    cache.write_text("{not json")
+    config = select_cases("smoke-1")[0].config
+    ref = build_reference(config, "cpu")
+    x, mask = generate_random_case(
+        shape_grid("12 x 40", select_cases("smoke-1"))[0].config, "cpu", seed=5, padding_ratio=0.3
+    )
+    with pytest.warns(UserWarning, match="unreadable.*gating again") as built:
+        model = DispatchedTransformer(config, table=path, gate_unseen=True, gate_cache=cache)
+    assert {w.filename for w in built} == {__file__}
+    model.load_state_dict(ref.state_dict())
+    cache.write_text("[]")  # spoiled again between construction and the first call
+    with serving(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model(x, mask)
+    (rewritten,) = [w for w in seen if "unreadable" in str(w.message)]
+    assert "rewritten with this process's verdicts" in str(rewritten.message)
+    assert rewritten.filename == __file__
+    [(_key, (passed, _detail))] = json.loads(cache.read_text()).items()
+    assert passed
+
+
 def test_a_plan_failing_the_gate_is_never_served(tmp_path, monkeypatch) -> None:
     path = _table(tmp_path, [_bucket(HEADS)])
     config = select_cases("smoke-1")[0].config

@@ -3,11 +3,13 @@ is skipped for the contract, and what a table made under other torch/triton says
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -170,14 +172,28 @@ def test_a_call_runs_with_its_inputs_gpu_current(table, monkeypatch) -> None:
         with dispatch.input_device(same):
             pass
     assert len(entered) == 2
-    # and every forward goes through it, with the call's input
-    seen: list[torch.Size] = []
-    real = dispatch.input_device
-    monkeypatch.setattr(dispatch, "input_device", lambda x: seen.append(x.shape) or real(x))
+    # and every forward runs inside it, entered with the call's input
+    inside: list[torch.Size] = []
+    during: list[bool] = []
+
+    @contextlib.contextmanager
+    def recorded(x: torch.Tensor) -> Iterator[None]:
+        inside.append(x.shape)
+        yield
+        inside.append(torch.Size())  # exited
+
+    real_forward = DispatchedTransformer._forward
+
+    def checked(self: DispatchedTransformer, x: torch.Tensor, mask: object) -> torch.Tensor:
+        during.append(len(inside) % 2 == 1)  # entered, not yet exited
+        return real_forward(self, x, mask)
+
+    monkeypatch.setattr(dispatch, "input_device", recorded)
+    monkeypatch.setattr(DispatchedTransformer, "_forward", checked)
     model, _ = _model(table)
     with serving():
         model(torch.randn(2, 16, 32))
-    assert seen == [torch.Size([2, 16, 32])]
+    assert inside == [torch.Size([2, 16, 32]), torch.Size()] and during == [True]
 
 
 def test_serving_restores_flags_and_grad_mode() -> None:

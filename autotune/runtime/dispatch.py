@@ -236,7 +236,7 @@ class DispatchedTransformer(ReferenceTransformer):
 
     def _device(self, device: torch.device) -> tuple[DeviceInfo, tuple[str, ...]]:
         if device not in self._devices:
-            info = detect_device("cuda" if device.type == "cuda" else "cpu")
+            info = detect_device("cuda" if device.type == "cuda" else "cpu", device.index)
             problems: tuple[str, ...] = ()
             if self.table is not None:
                 problems = self.table.problems + tuple(compatibility_problems(self.table, info))
@@ -394,7 +394,11 @@ class DispatchedTransformer(ReferenceTransformer):
             self._fingerprint = hashlib.sha256(stats.cpu().numpy().tobytes()).hexdigest()[:16]
         return self._fingerprint
 
-    def _read_gate_cache(self) -> dict[str, tuple[bool, str]]:
+    def _read_gate_cache(
+        self, then: str = "gating again", stacklevel: int = 3
+    ) -> dict[str, tuple[bool, str]]:
+        """The cache's verdicts; an unreadable cache warns at the caller's line (``then``
+        says what follows) and reads as empty."""
         if self.gate_cache is None or not self.gate_cache.is_file():
             return {}
         try:
@@ -402,7 +406,8 @@ class DispatchedTransformer(ReferenceTransformer):
             return {k: (bool(v[0]), str(v[1])) for k, v in raw.items()}
         except (OSError, ValueError, TypeError, IndexError, AttributeError) as exc:
             warnings.warn(
-                f"gate cache {self.gate_cache} unreadable ({exc}); gating again", stacklevel=3
+                f"gate cache {self.gate_cache} unreadable ({exc}); {then}",
+                stacklevel=stacklevel,
             )
             return {}
 
@@ -436,7 +441,13 @@ class DispatchedTransformer(ReferenceTransformer):
             verdict = (True, f"10 inputs (5 seeds, 5 padded), worst {worst:.3f} of the allowance")
         self._gated[self._gate_key(key, plan, info)] = verdict
         if self.gate_cache is not None:
-            merged = self._read_gate_cache() | self._gated  # other processes' verdicts kept
+            merged = (
+                self._read_gate_cache(  # other processes' verdicts kept
+                    "rewritten with this process's verdicts",
+                    stacklevel=8,  # the caller's line
+                )
+                | self._gated
+            )
             try:
                 write_atomic(self.gate_cache, json.dumps(merged, indent=1, sort_keys=True))
             except OSError as exc:  # the verdict still holds in this process
