@@ -421,6 +421,18 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "row_next_norm",
+        False,
+        "fused_layer=heads: each layer's post-attention rows kernel but the last's also "
+        "writes the next layer's LayerNorm1 of the rows it has just written, as GEMM "
+        "operands; the next heads attention loads them instead of normalising the residual "
+        "stream's key and query rows in every program (the same arithmetic on the same "
+        "values)",
+        choices=(False, True),
+        needs={True: "fused_layer=heads"},
+        group="kernels",
+    ),
+    Knob(
         "pdl",
         False,
         "fused_layer=heads or rows: their kernels (attention, QKV rows, post rows; not the "
@@ -504,6 +516,7 @@ class Plan:
     row_stage: bool = False
     row_attn_post: bool = False
     row_next_qkv: bool = False
+    row_next_norm: bool = False
     pdl: bool = False
     pdl_trigger: str = "start"
 

@@ -245,6 +245,14 @@ class Tiling:
     # residual stream is not read again for it. The same arithmetic on the same values
     # (bit for bit under the interpreter; compiled, the LayerNorm may sum in another order).
     next_qkv: bool = False
+    # heads: the post-rows kernel of each layer but the last also writes the next layer's
+    # LayerNorm1 of the rows it has just written (still in its registers), as the GEMM's
+    # operand type, into a [B, S, D] buffer; the next layer's heads attention loads those
+    # rows instead of the fp32 residual stream, with no LayerNorm of its own (every program
+    # normalised up to S key rows and its query rows again, a chain of reductions before its
+    # first projection). The same arithmetic on the same values (compiled, the LayerNorm
+    # may sum in another order).
+    next_norm: bool = False
     # heads, rows (without attn_post): every kernel of the stack is launched with
     # programmatic dependent launch (Hopper+): the next kernel's launch overlaps this one's
     # tail; each waits for its predecessor to finish before its first load. The same
@@ -315,6 +323,43 @@ def _normed_rows(
 
 
 @triton.jit
+def _operand_rows(
+    base, rows, row_ok, offs_d, d_ok, d_model,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """Rows ``rows`` of a ``[*, d_model]`` matrix that ``_store_operand_rows`` wrote, as
+    the dot operands ``to_operand`` made of them (padded rows and columns read as 0)."""
+    h = tl.load(
+        base + rows[:, None] * d_model + offs_d[None, :],
+        mask=row_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    if PRECISION == "bf16" and EMULATE_BF16_DOT:  # the interpreter's: bf16-rounded fp32
+        h = h.to(tl.float32)
+    return h
+
+
+@triton.jit
+def _store_operand_rows(
+    y, base, n1w_ptr, n1b_ptr, rows, row_ok, offs_d, d_ok, d_model, eps,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """LayerNorm1 of fp32 rows ``y`` (padded columns 0) as dot operands of ``PRECISION``,
+    stored to rows ``rows`` of the ``[*, d_model]`` matrix at ``base`` (its dtype: the
+    operand's, fp32 for ieee / tf32): what ``_normed_rows`` makes of the same rows."""
+    h = to_operand(
+        _layernorm_rows(y, n1w_ptr, n1b_ptr, offs_d, d_ok, d_model, eps),
+        PRECISION,
+        EMULATE_BF16_DOT,
+    )
+    tl.store(
+        base + rows[:, None] * d_model + offs_d[None, :],
+        h.to(base.dtype.element_ty),
+        mask=row_ok[:, None] & d_ok[None, :],
+    )
+
+
+@triton.jit
 def _heads_attention_kernel(
     x_ptr,
     ctx_ptr,
@@ -327,6 +372,7 @@ def _heads_attention_kernel(
     bk_ptr,
     wv_ptr,
     bv_ptr,
+    normed_ptr,
     seq_len,
     d_model,
     head_dim,
@@ -343,7 +389,12 @@ def _heads_attention_kernel(
     PREC_A: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
     USE_GDC: tl.constexpr,
+    NORMED: tl.constexpr,
 ):
+    """One (query block, head, sequence): LayerNorm1 and the head's projections of its
+    query rows and, per key block, of the key rows; the online softmax; the head's context.
+    With ``NORMED`` the LayerNorm1 rows come ready from ``normed`` (the previous layer's
+    post rows wrote them: ``next_norm``) and ``x``, ``n1w``, ``n1b`` are not read."""
     grid_dependency_enter(USE_GDC)
     pid = tl.program_id(0)
     off_b = tl.program_id(1).to(tl.int64)
@@ -351,6 +402,7 @@ def _heads_attention_kernel(
     # The last query blocks first: under causal masking they have the most key blocks.
     start_m = (num_q_blocks - 1 - pid % num_q_blocks) * BLOCK_M
     x_base = x_ptr + off_b * seq_len * d_model
+    normed_base = normed_ptr + off_b * seq_len * d_model
     col0 = head * head_dim
 
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -361,19 +413,14 @@ def _heads_attention_kernel(
     c_ok = offs_c < head_dim
     row_ok = offs_m < seq_len
 
-    h_q = _normed_rows(
-        x_base,
-        offs_m,
-        row_ok,
-        offs_d,
-        d_ok,
-        n1w_ptr,
-        n1b_ptr,
-        d_model,
-        eps,
-        PREC_G,
-        EMULATE_BF16_DOT,
-    )
+    if NORMED:
+        h_q = _operand_rows(normed_base, offs_m, row_ok, offs_d, d_ok, d_model, PREC_G,
+                            EMULATE_BF16_DOT)  # fmt: skip
+    else:
+        h_q = _normed_rows(
+            x_base, offs_m, row_ok, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
+            EMULATE_BF16_DOT,
+        )  # fmt: skip
     q = _head_projection(
         h_q, wq_ptr, bq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
         BLOCK_M, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
@@ -389,10 +436,14 @@ def _heads_attention_kernel(
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + offs_n0
         key_in = offs_n < seq_len
-        h_k = _normed_rows(
-            x_base, offs_n, key_in, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
-            EMULATE_BF16_DOT,
-        )  # fmt: skip
+        if NORMED:
+            h_k = _operand_rows(normed_base, offs_n, key_in, offs_d, d_ok, d_model, PREC_G,
+                                EMULATE_BF16_DOT)  # fmt: skip
+        else:
+            h_k = _normed_rows(
+                x_base, offs_n, key_in, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
+                EMULATE_BF16_DOT,
+            )  # fmt: skip
         k = _head_projection(
             h_k, wk_ptr, bk_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
             BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
@@ -654,6 +705,7 @@ def _post_rows_kernel(
     n1b_ptr,
     wqkv_ptr,
     bqkv_ptr,
+    normed_ptr,
     num_rows,
     d_model,
     ffn_dim,
@@ -672,10 +724,12 @@ def _post_rows_kernel(
     BLOCK_N: tl.constexpr,
     USE_GDC: tl.constexpr,
     FOLD_RESIDUAL: tl.constexpr,
+    NEXT_NORM: tl.constexpr,
 ):
     """The post-attention rows of one layer; with ``NEXT_QKV`` also the next layer's
     LayerNorm1 and QKV projections of the same rows into ``qkv`` (its weights in
-    ``n1w_ptr`` .. ``bqkv_ptr``; unused placeholders otherwise)."""
+    ``n1w_ptr`` .. ``bqkv_ptr``; unused placeholders otherwise); with ``NEXT_NORM`` the
+    next layer's LayerNorm1 of the same rows into ``normed`` (``n1w_ptr``, ``n1b_ptr``)."""
     grid_dependency_enter(USE_GDC)
     offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     rows = offs_m.to(tl.int64)
@@ -721,6 +775,11 @@ def _post_rows_kernel(
         _qkv_of_rows(
             y, qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, rows, row_ok, offs_d, d_ok,
             d_model, eps, BLOCK_R, BLOCK_D, BLOCK_N, PRECISION, EMULATE_BF16_DOT,
+        )  # fmt: skip
+    if NEXT_NORM:
+        _store_operand_rows(
+            y, normed_ptr, n1w_ptr, n1b_ptr, rows, row_ok, offs_d, d_ok, d_model, eps,
+            PRECISION, EMULATE_BF16_DOT,
         )  # fmt: skip
     grid_dependency_exit(USE_GDC)
 
@@ -1108,6 +1167,11 @@ def _config_errors(
         )
     elif tiling.attn_head_chunk:
         reasons += flash.one_tile_reasons(tiling.attn_head_chunk, seq_len)
+    if tiling.next_norm and variant != "heads":
+        reasons.append(
+            "next_norm applies to variant='heads': its post-rows kernel writes the next "
+            f"layer's LayerNorm1 for the heads attention (got variant={variant!r})"
+        )
     if tiling.next_qkv and (variant != "rows" or tiling.attn_post):
         reasons.append(
             "next_qkv applies to variant='rows' without attn_post: its post-rows kernel "
@@ -1251,14 +1315,26 @@ def _launch_layer(
     key_bounds: torch.Tensor | None = None,
     qkv_ready: bool = False,
     next_w: LayerWeights | None = None,
+    normed: torch.Tensor | None = None,
+    normed_ready: bool = False,
 ) -> None:
     """One layer: ``out = layer(x)`` (``out`` may be ``x``: the last kernel reads and
     writes only its own rows, after the attention has read all of ``x``; for ``seq`` only
-    with one query block per sequence). ``rows`` only: ``qkv_ready``, the previous layer's
+    with one query block per sequence). ``rows``: ``qkv_ready``, the previous layer's
     post rows already wrote this layer's ``qkv``; ``next_w``, this layer's post rows also
-    writes the next layer's ``qkv`` with those weights."""
-    if (next_w is not None or qkv_ready) and (variant != "rows" or tiling.attn_post or qkv is None):
-        raise ValueError("next_w and qkv_ready chain the post rows of variant='rows' only")
+    writes the next layer's ``qkv`` with those weights. ``heads``: ``normed_ready``, the
+    previous layer's post rows already wrote this layer's LayerNorm1 rows into ``normed``;
+    ``next_w``, this layer's post rows writes the next layer's there."""
+    chain_qkv = variant == "rows" and not tiling.attn_post and qkv is not None
+    chain_norm = variant == "heads" and normed is not None
+    if qkv_ready and not chain_qkv:
+        raise ValueError("qkv_ready chains the post rows of variant='rows' only")
+    if normed_ready and not chain_norm:
+        raise ValueError("normed_ready chains the post rows of variant='heads' with normed")
+    if next_w is not None and not (chain_qkv or chain_norm):
+        raise ValueError(
+            "next_w chains the post rows of variant='rows' (qkv) or 'heads' (with normed) only"
+        )
     if next_w is not None and final_norm is not None:
         raise ValueError("next_w: the last layer (the final LayerNorm) has no next layer")
     batch, seq_len, d_model = x.shape
@@ -1321,6 +1397,7 @@ def _launch_layer(
             f.k_bias,
             w.v_weight,
             f.v_bias,
+            normed if normed_ready else x,  # a placeholder when unused
             seq_len,
             d_model,
             head_dim,
@@ -1337,6 +1414,7 @@ def _launch_layer(
             PREC_A=attn_precision,
             EMULATE_BF16_DOT=emulate,
             USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
+            NORMED=normed_ready,
             num_warps=tiling.num_warps,
             num_stages=tiling.num_stages,
             **pdl_launch(tiling.pdl),
@@ -1394,8 +1472,9 @@ def _launch_layer(
         out,
         mask_arg,
         *_post_weights(w, final_norm),
-        qkv if next_w is not None else x,  # placeholders when unused
+        qkv if next_w is not None and chain_qkv else x,  # placeholders when unused
         *_qkv_weights(next_w if next_w is not None else w),
+        normed if next_w is not None and chain_norm else x,
         num_rows,
         d_model,
         w.ffn_dim,
@@ -1410,10 +1489,11 @@ def _launch_layer(
         EMULATE_BF16_DOT=emulate,
         STAGE_RESIDUAL=tiling.stage_residual,
         GELU_POLY=tiling.gelu_poly,
-        NEXT_QKV=next_w is not None,
+        NEXT_QKV=next_w is not None and chain_qkv,
         BLOCK_N=min(block_d, 64),
         USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
         FOLD_RESIDUAL=tiling.fold_residual,
+        NEXT_NORM=next_w is not None and chain_norm,
         num_warps=tiling.row_warps,
         **maxnreg_launch(tiling.row_maxnreg),
         **pdl_launch(tiling.pdl),
@@ -1498,7 +1578,8 @@ def layer_stack(
     the launcher never synchronises (safe inside CUDA graph capture). Working memory: the
     output, a context buffer ``[B, S, D]`` (fp16 with fp16 GEMM operands; none for ``rows``
     with ``tiling.attn_post``) and, for ``rows``, the packed ``[B, S, 3D]`` projections in
-    the attention operand dtype.
+    the attention operand dtype; for ``heads`` with ``tiling.next_norm``, the LayerNorm1
+    rows ``[B, S, D]`` in the GEMM operand dtype.
     """
     _check_x(x)
     if len(layers) == 0:
@@ -1588,13 +1669,18 @@ def layer_stack(
             head_dim = d_model // num_heads
             views = qkv.view(batch, seq_len, 3, num_heads, head_dim).unbind(2)
             check_int32_offsets(dict(zip("qkv", views, strict=True)), seq_len, head_dim)
+    normed = None
+    if tiling.next_norm and len(layers) > 1:  # heads (_config_errors): LayerNorm1 rows
+        normed = torch.empty(
+            x.shape, device=x.device, dtype=_DTYPES.get(gemm_precision, torch.float32)
+        )
     bounds = None
     if tiling.mask_bounds and key_mask is not None:
         bounds = flash.key_mask_bounds(key_mask)  # one launch, for every layer
     current = x
     for i, w in enumerate(layers):
         last = i == len(layers) - 1
-        chained = tiling.next_qkv and variant == "rows"
+        chained = (tiling.next_qkv and variant == "rows") or normed is not None
         _launch_layer(
             current,
             out,
@@ -1611,8 +1697,10 @@ def layer_stack(
             attn_precision=attn_precision,
             key_mask=key_mask,
             key_bounds=bounds,
-            qkv_ready=chained and i > 0,
+            qkv_ready=chained and i > 0 and normed is None,
             next_w=layers[i + 1] if chained and not last else None,
+            normed=normed,
+            normed_ready=normed is not None and i > 0,
         )
         current = out
     return out

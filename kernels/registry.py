@@ -416,14 +416,14 @@ def _run_layer(
 ) -> CheckResult:  # fmt: skip
     """The fused layer stack (both launch variants) against the project's reference model;
     ``padding``: "" no mask, "padded" right padding, "masked" holes anywhere (key 0 kept);
-    "-staged": the residual staged in memory; "-f16": 16 FFN columns a step; "post" (last):
-    rows with the attention and post rows in one kernel; "chain": rows whose post rows
-    write the next layer's qkv; "pdl" (last): every kernel launched with programmatic
-    dependent launch (compiled on sm_90+ only), "pdlend" with its trigger after each
-    kernel's last store; "nreg": the row kernels capped at ``NREG_CHECK_CAP`` registers a
+    "-staged": the residual staged in memory; "-f16": 16 FFN columns a step; "post" (last): rows
+    with the attention and post rows in one kernel; "chain": post rows that write the next
+    layer's qkv (rows) or LayerNorm1 rows (heads); "pdl" (last): every kernel launched with
+    programmatic dependent launch (compiled on sm_90+ only), "pdlend" with its trigger after
+    each kernel's last store; "nreg": the row kernels capped at ``NREG_CHECK_CAP`` registers a
     thread, low enough to spill (compiled only; the interpreter runs the same arithmetic);
-    "gelu" (last but "fold"): the FFN's GELU as ``kernels._common.gelu_poly``; "fold" (last
-    of all): the post rows' output projection accumulated onto the residual."""
+    "gelu" (last but "fold"): the FFN's GELU as ``kernels._common.gelu_poly``; "fold" (last of
+    all): the post rows' output projection accumulated onto the residual."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
@@ -438,7 +438,7 @@ def _run_layer(
         padding = padding.removesuffix("end")
     pdl = padding.endswith("pdl")
     padding = padding.removesuffix("pdl").removesuffix("-")
-    next_qkv = padding.endswith("chain")
+    chain = padding.endswith("chain")
     padding = padding.removesuffix("chain").removesuffix("-")
     attn_post = padding.endswith("post")
     padding = padding.removesuffix("post").removesuffix("-")
@@ -483,7 +483,8 @@ def _run_layer(
                 stage_residual=padding.endswith("-staged"),
                 ffn_block=ffn_block,
                 attn_post=attn_post,
-                next_qkv=next_qkv,
+                next_qkv=chain and variant == "rows",
+                next_norm=chain and variant == "heads",
                 pdl=pdl,
                 pdl_trigger=pdl_trigger,
                 row_maxnreg=row_maxnreg,
@@ -642,6 +643,9 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("heads", "ieee", "padded-fold", True),
         ("rows", "fp16", "masked-staged-f16-fold", True),
         ("rows", "fp16", "fold", False),
+        ("heads", "fp16", "masked-chain", True),
+        ("heads", "ieee", "padded-staged-chain-gelu-fold", True),
+        ("heads", "fp16", "chain", False),
     )
     if _compiled_on_hopper():  # programmatic dependent launch: compiled, sm_90+ only
         layer_cases += (
@@ -650,6 +654,7 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             ("rows", "ieee", "padded-staged-pdl", True),
             ("heads", "fp16", "padded-pdlend", True),
             ("rows", "fp16", "masked-bounds-chain-pdlend", True),
+            ("heads", "fp16", "padded-chain-pdl", True),
         )
     for variant, precision, padding, causal in layer_cases if reference else ():
         name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (

@@ -196,6 +196,11 @@ SPACE = {
         # rows in 2L + 1 launches: the post rows of each layer but the last also write the
         # next layer's LayerNorm1 + QKV (session 19: case 13 3.4% faster, case 6 neutral).
         {"name": "row_next_qkv", "values": [False, True], "when": {"fused_layer": ["rows"]}},
+        # heads in 2L launches with the next layer's LayerNorm1 written by the post rows
+        # (session 27): the heads attention loads normalised rows instead of normalising
+        # up to S key rows in every program (session 21: its samples on the LayerNorm and
+        # softmax reductions' FADD / SHFL / MUFU).
+        {"name": "row_next_norm", "values": [False, True], "when": {"fused_layer": ["heads"]}},
         # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
         # the next launch overlaps the tail of the one before (session 20: lost on 3 of 5).
         {"name": "pdl", "values": [False, True], "when": {"fused_layer": _LAYERS}},

@@ -87,6 +87,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_next_qkv=True chains the post-attention rows and the next layer's QKV "
                 "of fused_layer=rows; got fused_layer=none"
             )
+        if plan.row_next_norm:
+            reasons.append(
+                "row_next_norm=True chains the post-attention rows and the next layer's "
+                "LayerNorm1 of fused_layer=heads; got fused_layer=none"
+            )
         if plan.pdl:
             reasons.append(
                 "pdl=True launches the kernels of fused_layer=heads or rows with programmatic "
@@ -126,6 +131,7 @@ def tiling(plan: Any) -> Any:
         attn_head_chunk=plan.attn_head_chunk,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
+        next_norm=plan.row_next_norm,
         pdl=plan.pdl,
         # pdl_trigger without pdl is refused by the support rules (_trigger_reasons).
         pdl_trigger=plan.pdl_trigger if plan.pdl else "start",
@@ -165,6 +171,12 @@ class _FusedLayer(FusedLayerFamily):
                 "row_next_qkv=True chains the post-attention rows kernel and the next layer's "
                 "QKV of fused_layer=rows without row_attn_post; got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
+            )
+        if plan.row_next_norm and self.value != "heads":
+            reasons.append(
+                "row_next_norm=True chains the post-attention rows kernel and the next "
+                "layer's LayerNorm1 of fused_layer=heads (rows chains the QKV itself: "
+                f"row_next_qkv); got fused_layer={self.value}"
             )
         if plan.pdl and (self.value == "seq" or plan.row_attn_post):
             reasons.append(

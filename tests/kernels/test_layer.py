@@ -434,6 +434,61 @@ def test_rows_with_the_next_layers_qkv_in_the_post_rows(
 
 
 @pytest.mark.parametrize(
+    ("precision", "mask_kind", "causal", "extra", "shape"),
+    [
+        ("fp16", "right-padded", True, {"stage_residual": True}, (3, 37, 40, 5, 72, 3)),
+        ("ieee", "holes", True, {"fold_residual": True}, (3, 37, 40, 5, 72, 2)),
+        ("bf16", "holes", False, {"gelu_poly": True}, (2, 45, 64, 4, 96, 2)),
+        ("fp16", "none", True, {}, (2, 20, 40, 5, 72, 1)),  # one layer: nothing to chain
+    ],
+)
+def test_heads_with_the_next_layers_layernorm_in_the_post_rows(
+    precision, mask_kind, causal, extra, shape, device, monkeypatch
+) -> None:
+    """next_norm: each post-rows launch but the last also writes the next layer's
+    LayerNorm1 rows, and the next heads attention reads them instead of x; the same
+    arithmetic on the same values (bit for bit under the interpreter; on a GPU the rule),
+    x never written; rows and seq refuse it."""
+    from kernels import layer
+
+    normed: list[bool] = []
+    real = layer._heads_attention_kernel
+
+    class Recorded:  # the heads kernel's NORMED flag, launch by launch
+        def __getitem__(self, grid):
+            launch = real[grid]
+
+            def run(*args, **kwargs):
+                normed.append(bool(kwargs["NORMED"]))
+                return launch(*args, **kwargs)
+
+            return run
+
+    monkeypatch.setattr(layer, "_heads_attention_kernel", Recorded())
+    kwargs = dict(variant="heads", precision=precision, mask_kind=mask_kind, causal=causal)
+    common = dict(block_m=16, block_n=16, row_block=16, **extra)
+    plain, reference, _ = run_stack(**kwargs, shape=shape, tiling=Tiling(**common), device=device)
+    assert normed == [False] * shape[-1]
+    normed.clear()
+    chained, _, x_change = run_stack(
+        **kwargs, shape=shape, tiling=Tiling(**common, next_norm=True), device=device
+    )
+    # Layers 2.. read the rows the post rows wrote (an unwritten buffer would not match).
+    assert normed == [False] + [True] * (shape[-1] - 1)
+    if precision != "bf16":  # bf16 operands are outside the rule with or without the chain
+        assert compare(chained, reference, PROJECT_RULE).passed
+    if device == "cpu":
+        assert torch.equal(chained, plain)
+    else:
+        assert compare(chained, plain, PROJECT_RULE).passed
+    assert torch.count_nonzero(x_change) == 0
+    for variant in ("rows", "seq"):
+        with pytest.raises(ValueError, match="next_norm applies to variant='heads'"):
+            run_stack(**dict(kwargs, variant=variant), shape=shape,
+                      tiling=Tiling(**common, next_norm=True), device=device)  # fmt: skip
+
+
+@pytest.mark.parametrize(
     ("variant", "mask_kind", "extra"),
     [("heads", "right-padded", {}), ("rows", "general", {"mask_bounds": True, "next_qkv": True})],
 )
