@@ -295,6 +295,17 @@ def test_fused_layers_refuse_what_they_do_not_run(cpu_device) -> None:
     ):
         reasons = not_supported_reasons(chained.replace(**other), long, cpu_device)
         assert any("row_next_qkv=True chains" in r for r in reasons), (other, reasons)
+    # row_next_norm: the post rows of fused_layer=heads write the next LayerNorm1 rows, and
+    # the plan's tiling carries it to the kernels.
+    normed = layer.replace(row_next_norm=True)
+    assert normed.fused_layer == "heads"
+    assert not_supported_reasons(normed, cfg, cpu_device) == []
+    from autotune.backends.layer import tiling as plan_tiling
+
+    assert plan_tiling(normed).next_norm and not plan_tiling(layer).next_norm
+    for other in ({"fused_layer": "rows"}, {"fused_layer": "seq"}, {"fused_layer": "none"}):
+        reasons = not_supported_reasons(normed.replace(**other), long, cpu_device)
+        assert any("row_next_norm=True chains" in r for r in reasons), (other, reasons)
     # pdl: heads and rows (without row_attn_post), compiled on CUDA sm_90+ only; the
     # interpreter (this CPU) has no grid dependency control.
     import dataclasses

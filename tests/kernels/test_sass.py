@@ -241,6 +241,27 @@ def test_the_plans_row_fold_residual_reaches_the_post_rows_kernel_only(tmp_path:
     assert sass["_heads_attention_kernel", True] == sass["_heads_attention_kernel", False]
 
 
+def test_the_plans_row_next_norm_drops_the_layernorm_from_layers_2_on(tmp_path: Path) -> None:
+    """row_next_norm: layers 2-4's heads attention loads LayerNorm1 rows the post rows wrote,
+    a second compiled heads kernel with far less FP32 and shuffle code than the first
+    layer's (Triton 3.6 at case 2: 2,284 -> 474 FP32, 440 -> 40 shuffles); the post rows of
+    layers 1-3 gain the LayerNorm and its store."""
+    _needs_compiler()
+    out = tmp_path / "norm.json"
+    plan = dict(HEADS, row_next_norm=True)
+    done = _inspect("--cases", "2", "--plan", json.dumps(plan), "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = json.loads(out.read_text())
+    heads = [k for k in record["kernels"] if k["name"] == "_heads_attention_kernel"]
+    assert sorted(k["launches"] for k in heads) == [1, 3]
+    first = next(k for k in heads if k["launches"] == 1)
+    normed = next(k for k in heads if k["launches"] == 3)
+    assert normed["sass"]["fp32"] < first["sass"]["fp32"] / 2
+    assert normed["sass"]["shuffle"] < first["sass"]["shuffle"] / 2
+    post = [k for k in record["kernels"] if k["name"] == "_post_rows_kernel"]
+    assert sorted(k["launches"] for k in post) == [1, 3]  # layers 1-3 write; the last norms
+
+
 def test_the_plans_attn_maxnreg_caps_the_flash_attention_only(tmp_path: Path) -> None:
     """Case 1's rows plan: its flash attention holds 111 registers (Triton 3.6); capped at
     80 it holds at most 80, and the row kernels keep theirs."""
