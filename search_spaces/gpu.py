@@ -259,6 +259,22 @@ SPACE = {
     ],
     "enqueue": [
         {},
+        # Session 27 (docs/logs/s27/s27_norm.log): row_next_norm took case 2's GPU time 57.0
+        # -> 49.6 us a forward and won the export on cases 2, 3, 7 and 12 by 9-18%. First
+        # for the heads cases; and a 64-row heads plan with it for the 64-128-row cases, where
+        # rows won (session 6) while every heads program still normalised its key rows.
+        dict(
+            _layer("heads", 32, 128, 4, 1, 16, 8),
+            row_next_norm=True,
+            row_fold_residual=True,
+            ffn_gelu="poly",
+        ),
+        dict(
+            _layer("heads", 64, 64, 4, 2, 64, 4),
+            row_next_norm=True,
+            row_fold_residual=True,
+            ffn_gelu="poly",
+        ),
         # Session 21 (docs/logs/s21/s21_warps.log, one compare a case): 8 warps in the row
         # kernels 3.4-4.3% faster than the entries on cases 2, 3 and 12; the chained rows form
         # with 16-row tiles and 8 row warps 7% faster on case 4. First for the heads cases.
