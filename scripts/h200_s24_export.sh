@@ -37,7 +37,7 @@ set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 CASES=${CASES:-13,6,1,5}
-OVERLAYS=${OVERLAYS:-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu": "poly", "row_fold_residual": true};{"row_fold_residual": true, "attn_maxnreg": 96};{"row_fold_residual": true, "attn_maxnreg": 80};{"row_fold_residual": true, "row_qkv_stages": 2};{"row_fold_residual": true, "attn_head_chunk": "head"}'}
+OVERLAYS=${OVERLAYS-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu": "poly", "row_fold_residual": true};{"row_fold_residual": true, "attn_maxnreg": 96};{"row_fold_residual": true, "attn_maxnreg": 80};{"row_fold_residual": true, "row_qkv_stages": 2};{"row_fold_residual": true, "attn_head_chunk": "head"}'}
 LOG="$OUT/s24_export.log"
 TOTAL=${TOTAL:-560}
 left() { echo $(( TOTAL - SECONDS )); }
@@ -46,8 +46,8 @@ cp studies.db "$OUT/studies.db"
 cp tables/h200.py "$OUT/h200.py"
 DB="sqlite:///$OUT/studies.db"
 rm -rf /tmp/s24_plans && mkdir -p /tmp/s24_plans
-python3 - "$CASES" "$OVERLAYS" 2>&1 <<'PY' | tee -a "$LOG"
-import json, sys
+python3 - "$CASES" "$OVERLAYS" "${EXTRA_PLANS:-}" 2>&1 <<'PY' | tee -a "$LOG"
+import glob, json, sys
 from autotune.core.cases import get_case
 from autotune.runtime import load_table
 t = load_table("tables/h200.py")
@@ -57,7 +57,6 @@ for c in sys.argv[1].split(","):
     if entry is None or entry.get("fused_layer", "none") not in ("heads", "rows"):
         # A per-layer case (8): its plan files from docs/plans (session 24: the one-tile
         # attention, docs/plans/c8_onetile_*.json), the overlays do not apply.
-        import glob
         files = sorted(glob.glob(f"docs/plans/c{c}_onetile_*.json"))
         files += sorted(glob.glob(f"docs/plans/c{c}_blas_*.json"))  # session 25: blas_tanh
         for n, f in enumerate(files, 1):
@@ -88,6 +87,13 @@ for c in sys.argv[1].split(","):
         n += 1
         json.dump(plan, open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
     print(f"case {c}: {n} overlaid plan(s) of the entry")
+    # Session 27: whole plans beside the overlays ($EXTRA_PLANS, a glob), for every case.
+    extra = sorted(glob.glob(sys.argv[3])) if sys.argv[3] else []
+    for f in extra:
+        n += 1
+        json.dump(json.load(open(f)), open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
+    if extra:
+        print(f"case {c}: {len(extra)} plan file(s) from {sys.argv[3]}")
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
 # The export re-measures about 45 s a case (session 23: 256 s for 6); a study starts only
