@@ -427,7 +427,7 @@ KNOBS: tuple[Knob, ...] = (
         "writes the next layer's LayerNorm1 of the rows it has just written, as GEMM "
         "operands; the next heads attention loads them instead of normalising the residual "
         "stream's key and query rows in every program (the same arithmetic on the same "
-        "values)",
+        "values; compiled, the LayerNorm may sum in another order)",
         choices=(False, True),
         needs={True: "fused_layer=heads"},
         group="kernels",

@@ -449,6 +449,12 @@ def _run_layer(
     b, s, d = shape["batch_size"], shape["seq_len"], shape["d_model"]
     torch.manual_seed(12)
     model = reference(**shape).to(device).eval()
+    if chain:  # LayerNorms not at 1 and 0: a next layer's norm from the wrong layer shows
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, torch.nn.LayerNorm):
+                    module.weight.uniform_(0.5, 1.5)
+                    module.bias.normal_(0.0, 0.5)
     gen = _generator()
     x = torch.randn(b, s, d, generator=gen).to(device)
     mask = None

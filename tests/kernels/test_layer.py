@@ -51,11 +51,21 @@ def run_stack(
     shape: tuple[int, int, int, int, int, int] = (3, 37, 40, 5, 72, 2),
     tiling: Tiling = SMALL,
     device: str = "cpu",
+    random_norms: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The stack against the reference model; ``random_norms``: every LayerNorm's weight and
+    bias drawn at random (the default initialisation is 1 and 0: a norm taken from the wrong
+    layer would go unseen)."""
     b, s, d, h, f, n_layers = shape
     config = TransformerConfig(b, s, d, h, f, n_layers, causal)
     torch.manual_seed(1234)
     model = ReferenceTransformer(config).eval()
+    if random_norms:
+        with torch.no_grad():
+            for module in model.modules():
+                if isinstance(module, torch.nn.LayerNorm):
+                    module.weight.uniform_(0.5, 1.5)
+                    module.bias.normal_(0.0, 0.5)
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(b, s, d, generator=gen)
     mask = _mask(mask_kind, b, s, gen)
@@ -467,6 +477,8 @@ def test_heads_with_the_next_layers_layernorm_in_the_post_rows(
     monkeypatch.setattr(layer, "_heads_attention_kernel", Recorded())
     kwargs = dict(variant="heads", precision=precision, mask_kind=mask_kind, causal=causal)
     common = dict(block_m=16, block_n=16, row_block=16, **extra)
+    # Random LayerNorm parameters: the next layer's norm1 taken from the wrong layer shows.
+    kwargs["random_norms"] = True
     plain, reference, _ = run_stack(**kwargs, shape=shape, tiling=Tiling(**common), device=device)
     assert normed == [False] * shape[-1]
     normed.clear()
