@@ -410,6 +410,17 @@ LAYER_SHAPE = {
 NREG_CHECK_CAP = 64
 
 
+def perturb_layernorms(model: torch.nn.Module) -> None:
+    """Every LayerNorm's weight drawn from [0.5, 1.5] and bias from N(0, 0.5), in place (the
+    reference initialises them to 1 and 0, under which a norm taken from the wrong layer
+    goes unseen)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.5)
+
+
 def _run_layer(
     variant: str, precision: str, padding: str, causal: bool, device: str,
     reference: ReferenceFactory,
@@ -450,11 +461,7 @@ def _run_layer(
     torch.manual_seed(12)
     model = reference(**shape).to(device).eval()
     if chain:  # LayerNorms not at 1 and 0: a next layer's norm from the wrong layer shows
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, torch.nn.LayerNorm):
-                    module.weight.uniform_(0.5, 1.5)
-                    module.bias.normal_(0.0, 0.5)
+        perturb_layernorms(model)
     gen = _generator()
     x = torch.randn(b, s, d, generator=gen).to(device)
     mask = None

@@ -24,6 +24,7 @@ from kernels.layer import (
     not_supported_reasons,
     prepare_layer_weights,
 )
+from kernels.registry import perturb_layernorms
 
 H200_SMEM = 232448
 SMALL = Tiling(block_m=16, block_n=16, row_block=16)
@@ -61,11 +62,7 @@ def run_stack(
     torch.manual_seed(1234)
     model = ReferenceTransformer(config).eval()
     if random_norms:
-        with torch.no_grad():
-            for module in model.modules():
-                if isinstance(module, torch.nn.LayerNorm):
-                    module.weight.uniform_(0.5, 1.5)
-                    module.bias.normal_(0.0, 0.5)
+        perturb_layernorms(model)
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(b, s, d, generator=gen)
     mask = _mask(mask_kind, b, s, gen)
