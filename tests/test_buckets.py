@@ -21,7 +21,14 @@ from autotune.core.reference import build_reference, check_outputs, generate_ran
 from autotune.plan import Plan
 from autotune.runtime import DispatchedTransformer, load_table, serving
 from autotune.runtime.buckets import find_bucket, nearest_plans, shape_distance
-from autotune.ship.buckets import Draft, VerifyJob, axis_cells, draft_buckets, verify_draft
+from autotune.ship.buckets import (
+    Draft,
+    Journal,
+    VerifyJob,
+    axis_cells,
+    draft_buckets,
+    verify_draft,
+)
 from autotune.ship.export import write_entries
 from tests.conftest import ROOT
 
@@ -316,6 +323,57 @@ def test_buckets_command_verifies_on_the_cpu_and_keeps_the_entries(tmp_path, mon
     assert len(after.buckets) == len(draft_buckets(entries, CPU)) > 0
     assert "buckets" in after.provenance and after.usable
     assert after.provenance["buckets"]["device"] == "cpu"  # as export names it: kept later
+
+
+def test_a_buckets_run_cut_short_resumes_from_its_journal(tmp_path, monkeypatch) -> None:
+    """Killed after its first verification (a device call's time limit), the command
+    leaves that verification in the journal and writes no table; run again, it verifies
+    only the rest, writes the same buckets as an uncut run and removes the journal. A line
+    from another commit is verified again, and a torn last line is skipped."""
+    from autotune.cli.main import main
+    from autotune.ship.export import buckets_journal_path
+
+    entries = {k: v for k, v in ENTRIES.items() if k[2:] == DIMS}
+    path = _table(tmp_path, [], entries)
+    drafts = draft_buckets(entries, CPU)
+    assert len(drafts) >= 2
+    calls: list[object] = []
+
+    def evaluate(*a, **k):
+        calls.append(a[0].case.config)
+        return _outcome()
+
+    class Cut(Exception):
+        pass
+
+    def isolated(fn, job):
+        if len(done) == 1:  # the second rectangle: the call's time runs out
+            raise Cut
+        done.append(job)
+        return fn(job), ""
+
+    done: list[object] = []
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", evaluate)
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", isolated)
+    out = tmp_path / "out.py"
+    with pytest.raises(Cut):
+        main(["buckets", "--table", str(path), "--gpu", "cpu", "--out", str(out)])
+    journal = buckets_journal_path(out)
+    assert not out.exists() and len(journal.read_text().splitlines()) == 1
+    first = len(calls)
+    with journal.open("a") as fh:
+        fh.write('{"stamp": {"commit": "other"}, "key": {}, "result": {}}\n{"stamp": {"pro')
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", lambda fn, job: (fn(job), ""))
+    assert main(["buckets", "--table", str(path), "--gpu", "cpu", "--out", str(out)]) == 0
+    resumed = load_table(out).buckets
+    assert len(calls) - first == sum(len(d.points()) for d in drafts[1:])  # not the first
+    assert not journal.exists()
+    uncut = tmp_path / "uncut.py"
+    assert main(["buckets", "--table", str(path), "--gpu", "cpu", "--out", str(uncut)]) == 0
+    assert list(resumed) == list(load_table(uncut).buckets)
+    journal.write_text(json.dumps({"stamp": {"commit": "other"}, "key": {}, "result": {}}) + "\n")
+    stale = Journal(journal, {"commit": "this"})
+    assert stale.stale == 1 and not stale.done
 
 
 def test_a_table_bucketed_into_another_path_follows_that_path_in_number(

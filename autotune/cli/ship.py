@@ -70,8 +70,9 @@ def cmd_buckets(args: argparse.Namespace) -> int:
         )
         return 2
     out = Path(args.out or args.table)
+    journal = Path(args.journal) if args.journal else None
     path, version, buckets = add_buckets(
-        table, chosen, out, emit=lambda line: print(line, flush=True)
+        table, chosen, out, emit=lambda line: print(line, flush=True), journal=journal
     )
     print(f"wrote {path} (table version {version}, {len(buckets)} buckets)")
     return 0
@@ -137,4 +138,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     add_gpu(p)
     p.add_argument("--table", required=True, help="the table (e.g. tables/h200.py)")
     p.add_argument("--out", help="where to write (default: the table itself, a new version)")
+    p.add_argument(
+        "--journal",
+        help="where each finished verification is recorded as it ends, so a run cut short "
+        "resumes there (default: OUT's name with .buckets.jsonl; removed once the table is "
+        "written; lines from another commit or device are not reused)",
+    )
     p.set_defaults(func=cmd_buckets)

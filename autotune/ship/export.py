@@ -134,18 +134,40 @@ def write_entries(
     return path, version
 
 
+def buckets_journal_path(out: Path) -> Path:
+    """Where ``autotune buckets --out OUT`` records its finished verifications by default."""
+    return out.with_name(f"{out.stem}.buckets.jsonl")
+
+
 def add_buckets(
-    table: Any, selection: ProfileSelection, out: Path, emit: Callable[[str], None] = print
+    table: Any,
+    selection: ProfileSelection,
+    out: Path,
+    emit: Callable[[str], None] = print,
+    journal: Path | None = None,
 ) -> tuple[Path, int, list[dict[str, Any]]]:
     """``table``'s entries as they are, with buckets verified here (``autotune buckets``);
-    the provenance records where and how the buckets were made."""
-    from autotune.ship.buckets import build_buckets
+    the provenance records where and how the buckets were made. Each finished verification
+    is recorded in ``journal`` (default: beside ``out``), so a run cut short resumes; the
+    journal is removed once the table is written."""
+    from autotune.ship.buckets import Journal, build_buckets
 
+    env = selection.environment()
+    journal_path = journal or buckets_journal_path(out)
+    stamp = {k: env[k] for k in ("profile", "emulated", "device", "versions", "commit")}
+    record = Journal(journal_path, stamp)
+    if record.stale:
+        emit(f"buckets: {record.stale} line(s) of {journal_path} are from another commit or "
+             "device; verified again")  # fmt: skip
     entries = {tuple(k): dict(v) for k, v in table.entries.items()}
     buckets = build_buckets(
-        entries, table.profile, selection.emulated, selection.effective_device(), emit=emit
+        entries,
+        table.profile,
+        selection.emulated,
+        selection.effective_device(),
+        emit=emit,
+        journal=record,
     )
-    env = selection.environment()
     provenance = dict(table.provenance) | {
         "buckets": {
             "command": f"autotune buckets --table {table.source} --gpu {selection.profile.name}"
@@ -160,6 +182,7 @@ def add_buckets(
     path, version = write_entries(
         out, table.profile, provenance, entries, buckets, source if source.is_file() else None
     )
+    journal_path.unlink(missing_ok=True)  # its evidence is in the table now
     return path, version, buckets
 
 
