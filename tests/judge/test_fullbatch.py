@@ -384,7 +384,11 @@ def test_export_verifies_an_oracle_judged_winner_on_the_whole_batch(
     import autotune.ship.select as select
 
     def quiet(*args, **kwargs):  # type: ignore[no-untyped-def]
-        return dataclasses.replace(measure.paired_stats(*args, **kwargs), noise=0.0)
+        # No noise, and never slower than the reference: on a contended 2-core CI machine
+        # a finalist measured 2.2% slower once and the reference kept the case (this test
+        # is about the whole-batch evidence, not about timing).
+        stats = measure.paired_stats(*args, **kwargs)
+        return dataclasses.replace(stats, noise=0.0, speedup=max(stats.speedup, 1.5))
 
     monkeypatch.setattr(evaluate, "paired_stats", quiet)
     monkeypatch.setattr(select, "MIN_GAIN", -1.0)
