@@ -68,7 +68,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import _triton
+from kernels import _triton, gluon_rows
 from kernels import attention as flash
 from kernels._common import (
     MAX_FUSED_ROW_TILE,
@@ -258,6 +258,13 @@ class Tiling:
     # tail; each waits for its predecessor to finish before its first load. The same
     # arithmetic; CUDA only (the interpreter has no grid dependency control).
     pdl: bool = False
+    # rows (without attn_post): the post-rows kernel in Gluon for Hopper
+    # (``kernels.gluon_rows``): persistent programs with the layer's weights resident in
+    # shared memory, each GEMM one wgmma, the next tile's context copied in during this
+    # tile's FFN. fp16 operands, D = ffn_dim in 32/64/128, 4 or 8 row warps; its tile is
+    # 64 rows (row_block then sets the QKV rows kernel's alone). Sums in another order
+    # (the residual rides in the accumulators); CUDA sm_90 only (no interpreter).
+    gluon_post: bool = False
     # With pdl: where each kernel lets the next one launch, "start" (right after its own
     # wait: the next kernel's programs become resident and wait) or "end" (after its last
     # store: the next launch's latency overlaps this kernel's tail, nothing more).
@@ -1178,6 +1185,8 @@ def _config_errors(
             f"writes the next layer's qkv (got variant={variant!r}, "
             f"attn_post={tiling.attn_post})"
         )
+    if tiling.gluon_post:
+        reasons += _gluon_errors(variant, d_model, ffn_dim, tiling, gemm_precision, attn_precision)
     for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
         if value not in ROW_PRECISIONS:
             known = precision_reasons(value, None)
@@ -1186,6 +1195,34 @@ def _config_errors(
                 if known
                 else f"{name}={value!r} is not supported by the fused layer; use one of "
                 f"{', '.join(ROW_PRECISIONS)}"
+            )
+    return reasons
+
+
+def _gluon_errors(
+    variant: str, d_model: int, ffn_dim: int, tiling: Tiling, gemm: str, attn: str
+) -> list[str]:
+    """Why the Gluon post-rows kernel cannot take this configuration (empty: it can)."""
+    if variant != "rows" or tiling.attn_post:
+        return [
+            "gluon_post replaces the post-rows kernel of variant='rows' without attn_post; "
+            f"got variant={variant!r}, attn_post={tiling.attn_post}"
+        ]
+    problems = gluon_rows.gluon_problems(d_model, ffn_dim, gemm, tiling.row_warps, tiling.next_qkv)
+    reasons = [f"gluon_post: {why}" for why in problems]
+    if tiling.next_qkv and attn != "fp16":
+        reasons.append(f"gluon_post with next_qkv writes fp16 q, k, v: attn_precision={attn!r}")
+    for name, on in (
+        ("stage_residual", tiling.stage_residual),
+        ("fold_residual", tiling.fold_residual),
+        ("ffn_block", tiling.ffn_block),
+        ("pdl", tiling.pdl),
+    ):
+        if on:
+            reasons.append(
+                f"{name} configures the Triton post-rows kernel that gluon_post replaces (the "
+                "Gluon kernel always folds the residual into its accumulators, and has no "
+                "grid dependency control); leave it unset"
             )
     return reasons
 
@@ -1271,6 +1308,17 @@ def not_supported_reasons(
     )
     if device_type == "cuda" and not reasons:
         reasons.extend(precision_reasons(attn_precision, capability))
+    if tiling.gluon_post and not reasons:
+        if device_type != "cuda":  # (under the interpreter the launcher refuses it)
+            reasons.append(
+                "gluon_post runs on a CUDA device of compute capability 9.x (Gluon has no "
+                "interpreter); use gluon_post=False here"
+            )
+        elif capability is not None and capability[0] != 9:
+            reasons.append(
+                f"gluon_post is built for Hopper (wgmma, sm_90); this device is sm_"
+                f"{capability[0]}{capability[1]}"
+            )
     return reasons
 
 
@@ -1466,6 +1514,16 @@ def _launch_layer(
             maxnreg=tiling.attn_maxnreg,
             head_chunk=tiling.attn_head_chunk,
         )
+    if tiling.gluon_post:
+        chained = next_w is not None and chain_qkv
+        gluon_rows.launch_post_rows_gluon(
+            x, ctx, out, mask_arg, _post_weights(w, final_norm), qkv if chained else x,
+            _qkv_weights(next_w if next_w is not None else w), num_rows, d_model,
+            LAYERNORM_EPS, has_key_mask=mask_bytes is not None,
+            final_norm=final_norm is not None, gelu_poly=tiling.gelu_poly, next_qkv=chained,
+            num_warps=tiling.row_warps,
+        )  # fmt: skip
+        return
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
         x,
         ctx,
@@ -1647,6 +1705,20 @@ def layer_stack(
         )
     if tiling.pdl and (why := pdl_reasons("cuda", _triton.launch_capability(x.device))):
         raise ValueError("; ".join(why))
+    if tiling.gluon_post:
+        if (x.device.type != "cuda" and not offline) or is_interpreted(_post_rows_kernel):
+            where = "the interpreter" if is_interpreted(_post_rows_kernel) else str(x.device)
+            raise ValueError(
+                "tiling.gluon_post (the Gluon post-rows kernel) runs compiled on a CUDA GPU of "
+                f"compute capability 9.x; got {where}: use gluon_post=False"
+            )
+        major = (
+            _triton.OFFLINE_ARCH // 10 if offline else torch.cuda.get_device_capability(x.device)[0]
+        )
+        if major != 9:
+            raise ValueError(
+                f"tiling.gluon_post is built for Hopper (sm_90: wgmma); this device is sm_{major}x"
+            )
     if x.numel() == 0:
         return out
     if variant == "seq":

@@ -181,6 +181,18 @@ def unmatched_kernels(overrides: dict[str, int] | None, launched: set[str]) -> s
     )
 
 
+def _source_class(fn: Any) -> Any:
+    """The compiler's source class of a jitted function: Gluon's for a ``gluon.jit``
+    kernel (its body is Gluon, not Triton), ``ASTSource`` otherwise."""
+    from triton.compiler import ASTSource
+
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
+    return ASTSource
+
+
 @contextlib.contextmanager
 def offline_launches(
     arch: int = 90, overrides: dict[str, int] | None = None
@@ -197,7 +209,7 @@ def offline_launches(
     """
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
+    from triton.compiler import make_backend
     from triton.runtime import jit
 
     target = GPUTarget("cuda", arch, 32)
@@ -231,7 +243,7 @@ def offline_launches(
         try:
             with contextlib.redirect_stderr(noise), contextlib.redirect_stdout(noise):
                 compiled = triton.compile(
-                    ASTSource(self, signature, constexprs, attrs),
+                    _source_class(self)(self, signature, constexprs, attrs),
                     target=target,
                     options=options.__dict__,
                 )

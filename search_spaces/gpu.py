@@ -201,6 +201,11 @@ SPACE = {
         # up to S key rows in every program (session 21: its samples on the LayerNorm and
         # softmax reductions' FADD / SHFL / MUFU).
         {"name": "row_next_norm", "values": [False, True], "when": {"fused_layer": ["heads"]}},
+        # The post rows kernel in Gluon (session 28, kernels/gluon_rows.py): persistent, its
+        # weights resident in shared memory, one wgmma a GEMM. Built without a device;
+        # compiled offline (Triton 3.6: 247 registers, 112 KiB at 4 warps on case 6's
+        # shape; 166 registers, 212 KiB with the next QKV at 8 warps on case 1's).
+        {"name": "row_gluon", "values": [False, True], "when": {"fused_layer": ["rows"]}},
         # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
         # the next launch overlaps the tail of the one before (session 20: lost on 3 of 5).
         {"name": "pdl", "values": [False, True], "when": {"fused_layer": _LAYERS}},
@@ -254,6 +259,13 @@ SPACE = {
         {"forbid": {"row_attn_post": [True], "pdl": [True]}},
         # attn_post accumulates the projection head by head: no fold there.
         {"forbid": {"row_fold_residual": [True], "row_attn_post": [True]}},
+        # The Gluon post rows has none of the Triton post rows' knobs (it folds both
+        # residuals into its accumulators) and no grid dependency control.
+        {"forbid": {"row_gluon": [True], "row_attn_post": [True]}},
+        {"forbid": {"row_gluon": [True], "row_stage": [True]}},
+        {"forbid": {"row_gluon": [True], "row_fold_residual": [True]}},
+        {"forbid": {"row_gluon": [True], "row_ffn_block": [32, 16]}},
+        {"forbid": {"row_gluon": [True], "pdl": [True]}},
         {"forbid": {"attn_maxnreg": [80, 96], "row_attn_post": [True]}},
         {"forbid": {"attn_head_chunk": [16, 32, 64, 128], "row_attn_post": [True]}},
     ],

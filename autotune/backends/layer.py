@@ -92,6 +92,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_next_norm=True chains the post-attention rows and the next layer's "
                 "LayerNorm1 of fused_layer=heads; got fused_layer=none"
             )
+        if plan.row_gluon:
+            reasons.append(
+                "row_gluon=True replaces the post-attention rows kernel of fused_layer=rows; "
+                "got fused_layer=none"
+            )
         if plan.pdl:
             reasons.append(
                 "pdl=True launches the kernels of fused_layer=heads or rows with programmatic "
@@ -132,6 +137,7 @@ def tiling(plan: Any) -> Any:
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
         next_norm=plan.row_next_norm,
+        gluon_post=plan.row_gluon,
         pdl=plan.pdl,
         # pdl_trigger without pdl is refused by the support rules (_trigger_reasons).
         pdl_trigger=plan.pdl_trigger if plan.pdl else "start",
@@ -171,6 +177,12 @@ class _FusedLayer(FusedLayerFamily):
                 "row_next_qkv=True chains the post-attention rows kernel and the next layer's "
                 "QKV of fused_layer=rows without row_attn_post; got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
+            )
+        if plan.row_gluon and (self.value != "rows" or plan.row_attn_post):
+            reasons.append(
+                "row_gluon=True replaces the post-attention rows kernel of fused_layer=rows "
+                f"without row_attn_post; got fused_layer={self.value}, "
+                f"row_attn_post={plan.row_attn_post}"
             )
         if plan.row_next_norm and self.value != "heads":
             reasons.append(

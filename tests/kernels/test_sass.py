@@ -443,3 +443,41 @@ def test_inspect_compile_option_of_one_kernel(tmp_path: Path) -> None:
         regs.setdefault(k["name"], []).append(k["registers"])
     assert max(regs["_heads_attention_kernel"]) <= 128
     assert max(regs["_post_rows_kernel"]) > 128  # 148 uncapped (Triton 3.6)
+
+
+@pytest.mark.parametrize(
+    ("case", "plan_file", "warps", "programs"),
+    [
+        # case 1: 8,192 rows, 128 tiles of 64; the chained form holds six weights, 1 an SM
+        ("1", "c1_gluon_w8.json", 8, 128),
+        # case 6: 1.28M rows, 20,000 tiles; 2 programs an SM by shared memory, x 132 SMs
+        ("6", "c6_gluon_w4.json", 4, 264),
+    ],
+)
+def test_inspect_compiles_the_gluon_post_rows_for_sm_90(
+    case: str, plan_file: str, warps: int, programs: int, tmp_path: Path
+) -> None:
+    """Session 28's Gluon post rows (kernels.gluon_rows) compiled offline: it replaces the
+    Triton post rows in every layer, persistent (a program per resident slot, not a tile),
+    its shared memory as kernels.gluon_rows.gluon_shared_bytes counts it (the weights
+    resident), one wgmma instruction group per GEMM (3, or 6 with the next QKV), no
+    spills."""
+    _needs_compiler()
+    from kernels.gluon_rows import gluon_shared_bytes
+
+    plan = json.loads((ROOT / "docs/plans/s28" / plan_file).read_text())
+    out = tmp_path / "gluon.json"
+    done = _inspect("--cases", case, "--plan", json.dumps(plan), "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = json.loads(out.read_text())
+    names = {k["name"] for k in record["kernels"]}
+    assert "_post_rows_kernel" not in names
+    gluon = [k for k in record["kernels"] if k["name"] == "_post_rows_gluon_kernel"]
+    assert sum(k["launches"] for k in gluon) == 4 and len(gluon) == 2  # the last: final norm
+    chained = plan.get("row_next_qkv", False)
+    for k, next_qkv in zip(gluon, (chained, False), strict=True):
+        assert k["num_warps"] == warps and k["programs"] == programs
+        assert k["shared"] == gluon_shared_bytes(128, next_qkv, warps)
+        # 64 x 128 x 128 a GEMM: 8 wgmma of K 16 each warpgroup, Wo / W1 / W2 (+ q, k, v)
+        assert k["sass"]["mma"] == 8 * (6 if next_qkv else 3)
+        assert k["stack"] == 0, k

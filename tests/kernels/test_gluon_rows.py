@@ -1,0 +1,144 @@
+"""The Gluon post rows kernel (kernels.gluon_rows, Tiling.gluon_post, plan knob row_gluon):
+its support rules everywhere; its numerics against the Triton post rows and the reference
+on a CUDA device of compute capability 9.x (``KERNELS_TEST_DEVICE=cuda``); its compiled
+resources offline in tests/kernels/test_sass.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernels import gluon_rows
+from kernels._tolerance import PROJECT_RULE, compare
+from kernels.layer import Tiling, not_supported_reasons
+from tests.kernels.test_layer import run_stack
+
+GLUON = Tiling(block_m=16, block_n=16, row_block=16, gluon_post=True)
+
+
+def _reasons(tiling: Tiling = GLUON, **changes) -> list[str]:
+    args = dict(
+        variant="rows",
+        seq_len=128,
+        d_model=128,
+        num_heads=4,
+        ffn_dim=128,
+        tiling=tiling,
+        gemm_precision="fp16",
+        attn_precision="fp16",
+        device_type="cuda",
+        capability=(9, 0),
+        smem_bytes=232448,
+    )
+    args.update(changes)
+    return not_supported_reasons(**args)
+
+
+def test_the_shapes_and_settings_it_takes_and_why_not() -> None:
+    ok = gluon_rows.gluon_problems(128, 128, "fp16", 4, True)
+    assert ok == [] or ok == [gluon_rows.GLUON_ERROR]
+    cases = {
+        (96, 96, "fp16", 4, False): "d_model 96 is not one of (32, 64, 128)",
+        (128, 256, "fp16", 4, False): "ffn_dim 256 differs from d_model 128",
+        (64, 64, "bf16", 4, False): "gemm_precision 'bf16' is not 'fp16'",
+        (64, 64, "fp16", 2, False): "2 row warps: wgmma takes 4 (one warpgroup) or 8",
+    }
+    for args, why in cases.items():
+        assert any(why in r for r in gluon_rows.gluon_problems(*args)), args
+    # Offline (Triton 3.6, sm_90): 114,688 B at 4 warps, 217,088 B with the next QKV at 8.
+    assert gluon_rows.gluon_shared_bytes(128, False, 4) == 114_688
+    assert gluon_rows.gluon_shared_bytes(128, True, 8) == 217_088
+    assert gluon_rows.gluon_shared_bytes(128, True, 8) <= gluon_rows.SMEM_LIMIT
+
+
+def test_support_rules_name_the_kernel_it_replaces_and_the_way_out() -> None:
+    if gluon_rows.GLUON_ERROR:
+        pytest.skip(gluon_rows.GLUON_ERROR)
+    assert _reasons() == []
+    assert _reasons(Tiling(gluon_post=True, next_qkv=True, row_warps=8)) == []
+    heads = _reasons(variant="heads")
+    assert any("gluon_post replaces the post-rows kernel of variant='rows'" in r for r in heads)
+    post = _reasons(Tiling(gluon_post=True, attn_post=True))
+    assert any("without attn_post" in r for r in post)
+    for knob in ("stage_residual", "fold_residual", "pdl"):
+        why = _reasons(Tiling(gluon_post=True, **{knob: True}))
+        assert any(f"{knob} configures the Triton post-rows kernel" in r for r in why), knob
+    assert any("ffn_block configures" in r for r in _reasons(Tiling(gluon_post=True, ffn_block=32)))
+    assert any("d_model 256" in r for r in _reasons(d_model=256, ffn_dim=256, num_heads=8))
+    chained = Tiling(gluon_post=True, next_qkv=True)
+    assert any("attn_precision='ieee'" in r for r in _reasons(chained, attn_precision="ieee"))
+    assert any("compute capability 9.x" in r for r in _reasons(device_type="cpu", capability=None))
+    assert any("built for Hopper" in r for r in _reasons(capability=(10, 0)))
+
+
+def test_the_launcher_refuses_the_interpreter_and_the_cpu(device: str) -> None:
+    if device == "cuda":
+        pytest.skip("the refusal is for the interpreter / CPU")
+    with pytest.raises(
+        ValueError, match=r"gluon_post \(the Gluon post-rows kernel\) runs compiled on a CUDA GPU"
+    ):
+        run_stack(variant="rows", precision="fp16", mask_kind="none", causal=True,
+                  shape=(2, 16, 64, 4, 64, 2), tiling=GLUON, device=device)  # fmt: skip
+
+
+def test_the_plan_knob_is_refused_off_rows_and_forbidden_with_the_triton_knobs() -> None:
+    from autotune.build import not_supported_reasons as plan_reasons
+    from autotune.core.device import DeviceInfo
+    from autotune.core.reference import TransformerConfig
+    from autotune.plan import Plan
+    from search_spaces.gpu import SPACE
+
+    heads = Plan.from_dict({"attention": "triton", "fused_layer": "heads", "row_gluon": True})
+
+    h200 = DeviceInfo(type="cuda", name="H200", capability=(9, 0), total_memory=141 << 30)
+    config = TransformerConfig(8, 128, 128, 4, 128, 2)
+    assert any("row_gluon=True replaces" in r for r in plan_reasons(heads, config, h200))
+    forbidden = {
+        knob
+        for rule in SPACE["restrictions"]
+        if "forbid" in rule and "row_gluon" in rule["forbid"]
+        for knob in rule["forbid"]
+        if knob != "row_gluon"
+    }
+    assert forbidden == {"row_attn_post", "row_stage", "row_fold_residual", "row_ffn_block", "pdl"}
+
+
+SHAPES = [
+    # (B, S, D, H, F, layers), mask, causal, warps, next_qkv
+    ((3, 37, 64, 4, 64, 2), "holes", True, 4, False),
+    ((3, 37, 64, 4, 64, 3), "right-padded", False, 4, True),
+    ((2, 45, 128, 4, 128, 2), "none", True, 8, True),
+    ((2, 45, 128, 4, 128, 2), "holes", True, 4, False),
+    ((4, 33, 32, 2, 32, 2), "right-padded", True, 4, True),
+    # 19,200 rows: 300 tiles over at most 264 programs (several tiles a program)
+    ((300, 64, 128, 4, 128, 2), "right-padded", True, 4, False),
+    ((300, 64, 128, 4, 128, 2), "holes", False, 8, True),
+]
+
+
+@pytest.mark.parametrize(("shape", "mask_kind", "causal", "warps", "next_qkv"), SHAPES)
+def test_gluon_post_rows_matches_the_triton_kernel_and_the_rule(
+    shape, mask_kind, causal, warps, next_qkv, device
+) -> None:
+    """On Hopper: the stack with the Gluon post rows within the rule of the reference and
+    close to the stack with the Triton post rows (fp16 operands both; sums in another
+    order), x never written."""
+    if device != "cuda":
+        pytest.skip("Gluon runs compiled on a CUDA device only (KERNELS_TEST_DEVICE=cuda)")
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon post rows is built for sm_90")
+    kwargs = dict(variant="rows", precision="fp16", mask_kind=mask_kind, causal=causal,
+                  shape=shape, device=device, random_norms=True)  # fmt: skip
+    common = dict(block_m=32, block_n=32, row_block=64, row_warps=warps, next_qkv=next_qkv)
+    triton_out, reference, _ = run_stack(**kwargs, tiling=Tiling(**common))
+    gluon_out, _, x_change = run_stack(**kwargs, tiling=Tiling(**common, gluon_post=True))
+    assert torch.isfinite(gluon_out).all()
+    report = compare(gluon_out, reference, PROJECT_RULE)
+    assert report.passed, report
+    # Both round the same fp16 operands; a last-place difference of an fp32 sum can flip
+    # one rounding, whose error the rest of the layer carries: the Triton kernel's own
+    # distance to a reordered copy of itself (test_layer's fold test) is 1e-3.
+    torch.testing.assert_close(gluon_out, triton_out, rtol=2e-3, atol=2e-3)
+    assert torch.count_nonzero(x_change) == 0
