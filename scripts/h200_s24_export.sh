@@ -76,6 +76,10 @@ for c in sys.argv[1].split(","):
             continue  # the fused attention + post rows has neither
         if over.get("row_next_norm") and entry.get("fused_layer") != "heads":
             continue  # session 27: the heads post rows write the next LayerNorm1
+        if over.get("row_gluon") and (
+            entry.get("fused_layer") != "rows" or entry.get("row_attn_post")
+        ):
+            continue  # session 28: the Gluon kernel replaces the rows post rows kernel
         if (
             over.get("attn_maxnreg") or over.get("row_qkv_stages") or over.get("attn_head_chunk")
         ) and entry.get("fused_layer") != "rows":

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Session 28 (no device lent that session): the first run of `row_gluon`, the post rows
+# kernel of fused_layer=rows in Gluon (kernels/gluon_rows.py): persistent programs with the
+# layer's weights resident in shared memory, each GEMM one wgmma, the next tile's context
+# copied in during this tile's FFN. Built and compiled offline only (Triton 3.6, sm_90:
+# case 1's chained form at 8 warps 166 registers, 212 KiB, no spills; case 6's at 4 warps
+# 247 registers, 112 KiB, 2 programs an SM).
+# Predicted (docs/kernels_h200.md, "Session 28"): case 1's post rows 17 -> 7-10 us a launch,
+# its GPU time 99.7 -> 70-80 us a forward; case 6's post rows ~1.0 -> 0.45-0.6 ms a launch,
+# its forward 9.2 -> 7.0-7.6 ms.
+# One call: the GPU tests of the kernel (numerics against the Triton post rows and the
+# rule, 7 shapes); only if they pass, case 1's and case 6's kernel profiles with and
+# without it (one process a case), then the studies and export of the rows cases with the
+# Gluon overlays (scripts/h200_s24_export.sh). Returned: s28_gluon.log, s24_export.log,
+# studies.db, h200.py.
+set -o pipefail
+source scripts/device_prelude.sh
+export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
+LOG="$OUT/s28_gluon.log"
+TOTAL=${TOTAL:-570}
+quiet() { grep -v -i warn | grep -v "retry ="; }
+step "GPU tests: the Gluon post rows against the Triton kernel and the rule"
+KERNELS_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider \
+  tests/kernels/test_gluon_rows.py 2>&1 | tail -40 | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+echo "pytest rc=$rc" | tee -a "$LOG"
+if [ "$rc" -ne 0 ]; then
+  step "the kernel fails its tests: no profiles, no export"
+  exit 1
+fi
+python3 - <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
+import json
+from autotune.runtime import load_table
+t = load_table("tables/h200.py")
+for c in ("1", "6"):
+    plan = next(e["plan"] for e in t.entries.values() if e.get("case") == c)
+    json.dump(plan, open(f"/tmp/s28_c{c}.json", "w"))
+PY
+for c in 1 6; do
+  if fits 100 "case $c profile"; then
+    step "case $c kernel profile: the entry, then the Gluon post rows (one process)"
+    timeout 100 python3 scripts/kernel_profile.py --case "$c" --forwards 5 \
+      @/tmp/s28_c$c.json $(ls docs/plans/s28/c${c}_gluon_w*.json | sed 's/^/@/') 2>&1 | quiet | tee -a "$LOG" \
+      | tail -30
+  fi
+done
+left=$(( TOTAL - SECONDS - 10 ))
+step "export script: CASES=${CASES:-1,6,13,5}, $left s"
+G='"row_gluon": true, "row_stage": false, "row_fold_residual": false, "row_ffn_block": 0, "pdl": false'
+OVERLAYS=${OVERLAYS:-"{$G};{$G, \"row_warps\": 8};{$G, \"row_next_qkv\": true, \"row_warps\": 8}"} \
+  CASES=${CASES:-1,6,13,5} TOTAL=$left bash scripts/h200_s24_export.sh
+step "done"
