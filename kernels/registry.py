@@ -405,6 +405,10 @@ LAYER_SHAPE = {
 }
 
 
+# The Gluon post rows takes d_model = ffn_dim in 32 / 64 / 128 (kernels.gluon_rows).
+GLUON_LAYER_SHAPE = dict(LAYER_SHAPE, d_model=64, num_heads=4, ffn_dim=64)
+
+
 # The register cap of the "nreg" layer checks: below what their row kernels take uncapped,
 # so the compiled checks run spilled code (the plans' caps are 128 and 168).
 NREG_CHECK_CAP = 64
@@ -434,10 +438,15 @@ def _run_layer(
     each kernel's last store; "nreg": the row kernels capped at ``NREG_CHECK_CAP`` registers a
     thread, low enough to spill (compiled only; the interpreter runs the same arithmetic);
     "gelu" (last but "fold"): the FFN's GELU as ``kernels._common.gelu_poly``; "fold" (last of
-    all): the post rows' output projection accumulated onto the residual."""
+    all): the post rows' output projection accumulated onto the residual; "gluon" / "gluon8"
+    (last of all): the Gluon post rows (``kernels.gluon_rows``, 4 or 8 row warps; compiled
+    on sm_90 only), at ``GLUON_LAYER_SHAPE``."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    gluon_warps = 8 if padding.endswith("gluon8") else 4 if padding.endswith("gluon") else 0
+    padding = padding.removesuffix("8").removesuffix("gluon") if gluon_warps else padding
+    padding = padding.removesuffix("-")
     fold_residual = padding.endswith("fold")
     padding = padding.removesuffix("fold").removesuffix("-")
     gelu_poly = padding.endswith("gelu")
@@ -456,7 +465,7 @@ def _run_layer(
     ffn_block = 16 if padding.endswith("-f16") else 0
     padding = padding.removesuffix("-f16")
 
-    shape = dict(LAYER_SHAPE, causal=causal)
+    shape = dict(GLUON_LAYER_SHAPE if gluon_warps else LAYER_SHAPE, causal=causal)
     b, s, d = shape["batch_size"], shape["seq_len"], shape["d_model"]
     torch.manual_seed(12)
     model = reference(**shape).to(device).eval()
@@ -491,7 +500,9 @@ def _run_layer(
             tiling=Tiling(
                 block_m=16,
                 block_n=16,
-                row_block=16,
+                row_block=64 if gluon_warps else 16,
+                row_warps=gluon_warps or 4,
+                gluon_post=bool(gluon_warps),
                 mask_bounds=padding == "masked-bounds",
                 stage_residual=padding.endswith("-staged"),
                 ffn_block=ffn_block,
@@ -668,9 +679,14 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             ("heads", "fp16", "padded-pdlend", True),
             ("rows", "fp16", "masked-bounds-chain-pdlend", True),
             ("heads", "fp16", "padded-chain-pdl", True),
+            # the Gluon post rows (session 28): Hopper's wgmma, compiled only
+            ("rows", "fp16", "masked-gluon", True),
+            ("rows", "fp16", "padded-chain-gluon8", True),
+            ("rows", "fp16", "chain-gluon", False),
         )
     for variant, precision, padding, causal in layer_cases if reference else ():
-        name = f"layer/{variant}/2-layers/B3-S21-D40-H5/{precision}" + (
+        dims = "D64-H4" if "gluon" in padding else "D40-H5"
+        name = f"layer/{variant}/2-layers/B3-S21-{dims}/{precision}" + (
             f"/{padding}" if padding else ""
         )
         yield KernelCheck(

@@ -19,6 +19,10 @@ export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s28_gluon.log"
 TOTAL=${TOTAL:-570}
 quiet() { grep -v -i warn | grep -v "retry ="; }
+step "kernels check (compiled): the Gluon post rows' three layer checks"
+timeout 120 python3 -m autotune kernels check --match gluon 2>&1 | quiet \
+  | grep -E "FAIL|PASS|passed|failed" | tee -a "$LOG"
+echo "kernels check rc=${PIPESTATUS[0]}" | tee -a "$LOG"
 step "GPU tests: the Gluon post rows against the Triton kernel and the rule"
 KERNELS_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/test_gluon_rows.py 2>&1 | tail -40 | tee -a "$LOG"
