@@ -142,6 +142,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--journal",
         help="where each finished verification is recorded as it ends, so a run cut short "
         "resumes there (default: OUT's name with .buckets.jsonl; removed once the table is "
-        "written; lines from another commit or device are not reused)",
+        "written; lines from other code or another device are not reused)",
     )
     p.set_defaults(func=cmd_buckets)

@@ -344,6 +344,20 @@ def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
     return None, notes
 
 
+def code_digest() -> str:
+    """A digest of the code a verification runs (every ``.py`` file of ``autotune/``,
+    ``kernels/`` and ``search_spaces/``): a journal line counts for the same code, not the
+    same commit, so committing a call's logs between two calls keeps it."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for package in ("autotune", "kernels", "search_spaces"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def draft_key(draft: Draft) -> dict[str, Any]:
     """What a verification depends on besides the code and the device: the rectangle and
     its plans in order (each with the entry it came from, which the bucket names)."""

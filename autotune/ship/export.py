@@ -150,15 +150,16 @@ def add_buckets(
     the provenance records where and how the buckets were made. Each finished verification
     is recorded in ``journal`` (default: beside ``out``), so a run cut short resumes; the
     journal is removed once the table is written."""
-    from autotune.ship.buckets import Journal, build_buckets
+    from autotune.ship.buckets import Journal, build_buckets, code_digest
 
     env = selection.environment()
     journal_path = journal or buckets_journal_path(out)
-    stamp = {k: env[k] for k in ("profile", "emulated", "device", "versions", "commit")}
+    stamp = {k: env[k] for k in ("profile", "emulated", "device", "versions")}
+    stamp["code"] = code_digest()
     record = Journal(journal_path, stamp)
     if record.stale:
-        emit(f"buckets: {record.stale} line(s) of {journal_path} are from another commit or "
-             "device; verified again")  # fmt: skip
+        emit(f"buckets: {record.stale} line(s) of {journal_path} are from other code or "
+             "another device; verified again")  # fmt: skip
     entries = {tuple(k): dict(v) for k, v in table.entries.items()}
     buckets = build_buckets(
         entries,
