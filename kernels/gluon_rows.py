@@ -193,15 +193,17 @@ if not GLUON_ERROR:
             # LayerNorm2 and the FFN; W1 and W2 arrive during the first tile's work.
             h = _layernorm(x1, n2w_ptr, n2b_ptr, offs_c, D, eps)
             h = gl.convert_layout(h.to(gl.float16), OPERAND)
-            async_copy.wait_group(LATER)  # W1 (first tile; a no-op later)
-            _copies_visible()
+            if tile == pid:  # W1 (later tiles: resident, nothing to wait for)
+                async_copy.wait_group(LATER)
+                _copies_visible()
             f = warpgroup_mma(h, w1_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
             f = warpgroup_mma_wait(num_outstanding=0, deps=(f,))
             f = f + gl.expand_dims(gl.load(b1_ptr + offs_c), 0)
             g = gl.convert_layout(_gelu(f, GELU_POLY_FORM).to(gl.float16), OPERAND)
             y = x1 + gl.expand_dims(gl.load(b2_ptr + offs_c), 0)
-            async_copy.wait_group(LATER - 1)  # W2
-            _copies_visible()
+            if tile == pid:  # W2
+                async_copy.wait_group(LATER - 1)
+                _copies_visible()
             y = warpgroup_mma(g, w2_s.permute((1, 0)), y, is_async=True)
             y = warpgroup_mma_wait(num_outstanding=0, deps=(y,))
             if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
@@ -216,8 +218,9 @@ if not GLUON_ERROR:
             if NEXT_QKV:
                 hq = _layernorm(y, n1w_ptr, n1b_ptr, offs_c, D, eps)
                 hq = gl.convert_layout(hq.to(gl.float16), OPERAND)
-                async_copy.wait_group(1)  # Wqkv; the next tile's context may still fly
-                _copies_visible()
+                if tile == pid:  # Wqkv; the next tile's context may still fly
+                    async_copy.wait_group(1)
+                    _copies_visible()
                 qkv_io = gl.expand_dims(rows.to(gl.int64), 1) * (3 * D) + gl.expand_dims(offs_c, 0)
                 _project(hq, wq_s, bqkv_ptr, qkv_ptr + qkv_io, io_mask, zeros, offs_c)
                 _project(hq, wk_s, bqkv_ptr + D, qkv_ptr + qkv_io + D, io_mask, zeros, offs_c)
@@ -294,7 +297,9 @@ _PROGRAMS: dict[tuple, int] = {}  # resident programs an SM, per compiled config
 def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], d_model: int,
                      next_qkv: bool, num_warps: int) -> int:  # fmt: skip
     """Programs an SM holds (registers, shared memory, warps) of the compiled kernel; offline
-    (``kernels.sass.offline_launches``, nothing to query) from the shared memory estimate."""
+    (``kernels.sass.offline_launches``, nothing to query) from the shared memory estimate
+    alone (the register limit is unknown there: at 8 warps and 4 with the chain both give 1;
+    at 4 warps without it both 2, 247 registers)."""
     from kernels import _triton
     from kernels.sass import blocks_per_sm
 
@@ -303,7 +308,16 @@ def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], d_model: int
         return max(1, blocks_per_sm(_triton.OFFLINE_ARCH, num_warps, 1, shared)["blocks"])
     if key not in _PROGRAMS:
         compiled = compile_kernel()
-        limits = blocks_per_sm(90, num_warps, compiled.n_regs, compiled.metadata.shared)
+        # ``warmup`` compiles without loading: the register count is set when the binary
+        # is loaded (``_init_handles``, Triton 3.6), else read from the cubin.
+        if getattr(compiled, "n_regs", None) is None and hasattr(compiled, "_init_handles"):
+            compiled._init_handles()
+        registers = getattr(compiled, "n_regs", None)
+        if registers is None:
+            from kernels.sass import _cubin_facts
+
+            registers = _cubin_facts(compiled.asm["cubin"])[0]
+        limits = blocks_per_sm(90, num_warps, int(registers), int(compiled.metadata.shared))
         _PROGRAMS[key] = max(1, limits["blocks"])
     return _PROGRAMS[key]
 

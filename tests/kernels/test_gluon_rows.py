@@ -142,3 +142,25 @@ def test_gluon_post_rows_matches_the_triton_kernel_and_the_rule(
     # distance to a reordered copy of itself (test_layer's fold test) is 1e-3.
     torch.testing.assert_close(gluon_out, triton_out, rtol=2e-3, atol=2e-3)
     assert torch.count_nonzero(x_change) == 0
+
+
+def test_the_persistent_grid_counts_the_compiled_kernels_programs_an_sm() -> None:
+    """The launcher's programs an SM, from the compiled kernel: Triton 3.6's ``warmup``
+    returns a kernel whose register count exists only once its binary is loaded
+    (``_init_handles``); a review found the first device launch would have raised there."""
+
+    class Compiled:  # as Triton 3.6's CompiledKernel before and after loading
+        def __init__(self, registers: int, shared: int) -> None:
+            self._registers = registers
+            self.metadata = type("Meta", (), {"shared": shared})()
+
+        def _init_handles(self) -> None:
+            self.n_regs = self._registers
+
+    gluon_rows._PROGRAMS.clear()
+    case6 = gluon_rows._programs_per_sm(("t", 6), lambda: Compiled(247, 114_688), 128, False, 4)
+    chained = gluon_rows._programs_per_sm(("t", 1), lambda: Compiled(166, 217_088), 128, True, 8)
+    assert (case6, chained) == (2, 1)
+    # cached per configuration: not compiled again
+    assert gluon_rows._programs_per_sm(("t", 6), lambda: 1 / 0, 128, False, 4) == 2
+    gluon_rows._PROGRAMS.clear()
