@@ -299,7 +299,7 @@ def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], d_model: int
     """Programs an SM holds (registers, shared memory, warps) of the compiled kernel; offline
     (``kernels.sass.offline_launches``, nothing to query) from the shared memory estimate
     alone (the register limit is unknown there: at 8 warps and 4 with the chain both give 1;
-    at 4 warps without it both 2, 247 registers)."""
+    at 4 warps without it both 2, 253 registers)."""
     from kernels import _triton
     from kernels.sass import blocks_per_sm
 
