@@ -132,11 +132,13 @@ if not GLUON_ERROR:
         NEXT_QKV: gl.constexpr,
         ACC: gl.constexpr, OPERAND: gl.constexpr, SMEM_W: gl.constexpr,
         SMEM_CTX: gl.constexpr, LOAD_W: gl.constexpr, LOAD_CTX: gl.constexpr,
+        STOP: gl.constexpr = 0,
     ):  # fmt: skip
         """``out = x + attention + FFN(LayerNorm2(x + attention))`` (and the final
         LayerNorm, or the next layer's QKV) for row tiles ``pid, pid + P, ...`` of
         ``num_rows`` tokens; ``attention = ctx @ Wo^T + bo``. Weights ``[out, in]`` fp16,
-        the FFN ``D`` wide; ``qkv`` rows ``[3 D]`` fp16."""
+        the FFN ``D`` wide; ``qkv`` rows ``[3 D]`` fp16. ``STOP`` (debugging only) stores a
+        stage's rows instead of the output: 1 ``x1``, 2 LayerNorm2's, 3 the FFN's GELU."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         num_tiles = gl.cdiv(num_rows, BLOCK_R)
@@ -191,15 +193,16 @@ if not GLUON_ERROR:
             async_copy.commit_group()
 
             # LayerNorm2 and the FFN; W1 and W2 arrive during the first tile's work.
-            h = _layernorm(x1, n2w_ptr, n2b_ptr, offs_c, D, eps)
-            h = gl.convert_layout(h.to(gl.float16), OPERAND)
+            h32 = _layernorm(x1, n2w_ptr, n2b_ptr, offs_c, D, eps)
+            h = gl.convert_layout(h32.to(gl.float16), OPERAND)
             if tile == pid:  # W1 (later tiles: resident, nothing to wait for)
                 async_copy.wait_group(LATER)
                 _copies_visible()
             f = warpgroup_mma(h, w1_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
             f = warpgroup_mma_wait(num_outstanding=0, deps=(f,))
             f = f + gl.expand_dims(gl.load(b1_ptr + offs_c), 0)
-            g = gl.convert_layout(_gelu(f, GELU_POLY_FORM).to(gl.float16), OPERAND)
+            a32 = _gelu(f, GELU_POLY_FORM)
+            g = gl.convert_layout(a32.to(gl.float16), OPERAND)
             y = x1 + gl.expand_dims(gl.load(b2_ptr + offs_c), 0)
             if tile == pid:  # W2
                 async_copy.wait_group(LATER - 1)
@@ -213,6 +216,12 @@ if not GLUON_ERROR:
                 y = _layernorm(y, nfw_ptr, nfb_ptr, offs_c, D, eps)
                 if HAS_KEY_MASK:
                     y = gl.where(gl.expand_dims(valid, 1), y, 0.0)
+            if STOP == 1:  # debugging (scripts/gluon_rows_debug.py): a stage's fp32 rows
+                y = x1
+            if STOP == 2:
+                y = h32
+            if STOP == 3:
+                y = a32
             gl.store(out_ptr + io, y, mask=io_mask)
 
             if NEXT_QKV:
@@ -339,11 +348,14 @@ def launch_post_rows_gluon(
     gelu_poly: bool,
     next_qkv: bool,
     num_warps: int,
+    stop: int = 0,
+    max_programs: int = 0,
 ) -> None:
     """Launch the kernel over ``num_rows`` rows (arguments as the Triton post rows
     kernel's: ``post_weights`` from ``kernels.layer._post_weights``, ``qkv_weights`` from
     ``_qkv_weights``; placeholders where unused): a persistent grid of the programs the
-    SMs hold, at most one a tile."""
+    SMs hold, at most one a tile (at most ``max_programs`` when set: a debugging run's
+    several tiles a program). ``stop``: the kernel's ``STOP``."""
     from kernels import _triton
 
     lay = gluon_layouts(d_model, num_warps)
@@ -352,13 +364,13 @@ def launch_post_rows_gluon(
         D=d_model, BLOCK_R=ROW_BLOCK, HAS_KEY_MASK=has_key_mask, FINAL_NORM=final_norm,
         GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, ACC=lay.acc, OPERAND=lay.operand,
         SMEM_W=lay.smem_w, SMEM_CTX=lay.smem_ctx, LOAD_W=lay.load_w, LOAD_CTX=lay.load_ctx,
-        num_warps=num_warps,
+        num_warps=num_warps, STOP=stop,
     )  # fmt: skip
     if _triton.OFFLINE_ARCH is not None:
         sms = 132  # the H100 / H200's
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, num_warps)
+    key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, num_warps, stop)
     per_sm = _programs_per_sm(
         key,
         lambda: _post_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
@@ -367,4 +379,5 @@ def launch_post_rows_gluon(
         num_warps,
     )
     tiles = -(-num_rows // ROW_BLOCK)
-    _post_rows_gluon_kernel[(max(1, min(tiles, per_sm * sms)),)](*args, **kwargs)
+    programs = min(tiles, per_sm * sms, max_programs or tiles)
+    _post_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)

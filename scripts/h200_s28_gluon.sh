@@ -8,8 +8,9 @@
 # Predicted (docs/kernels_h200.md, "Session 28"): case 1's post rows 17 -> 7-10 us a launch,
 # its GPU time 99.7 -> 70-80 us a forward; case 6's post rows ~1.0 -> 0.45-0.6 ms a launch,
 # its forward 9.2 -> 7.0-7.6 ms.
-# One call: the GPU tests of the kernel (numerics against the Triton post rows and the
-# rule, 7 shapes); only if they pass, case 1's and case 6's kernel profiles with and
+# One call: the compiled kernel checks and GPU tests of the kernel (numerics against the
+# Triton post rows and the rule, 7 shapes); if they fail, scripts/gluon_rows_debug.py's
+# stage-by-stage sweep (which stage, which rows and columns are off); only if they pass, case 1's and case 6's kernel profiles with and
 # without it (one process a case), then the studies and export of cases 1 and 6 with the
 # Gluon overlays (scripts/h200_s24_export.sh, OVERLAYS=gluon; the next call takes the other
 # rows cases: OVERLAYS=gluon CASES=13,5,11 bash scripts/h200_s24_export.sh). Returned:
@@ -30,7 +31,9 @@ KERNELS_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider \
 rc=${PIPESTATUS[0]}
 echo "pytest rc=$rc" | tee -a "$LOG"
 if [ "$rc" -ne 0 ]; then
-  step "the kernel fails its tests: no profiles, no export"
+  step "the kernel fails its tests: no profiles, no export; where it goes wrong, stage by stage"
+  timeout $(( TOTAL - SECONDS - 15 )) python3 scripts/gluon_rows_debug.py 2>&1 | quiet \
+    | tee -a "$LOG" | tail -60
   exit 1
 fi
 python3 - <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }

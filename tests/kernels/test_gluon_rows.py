@@ -164,3 +164,53 @@ def test_the_persistent_grid_counts_the_compiled_kernels_programs_an_sm() -> Non
     # cached per configuration: not compiled again
     assert gluon_rows._programs_per_sm(("t", 6), lambda: 1 / 0, 128, False, 4) == 2
     gluon_rows._PROGRAMS.clear()
+
+
+def _debug_script():
+    import importlib.util
+
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "gluon_debug", ROOT / "scripts/gluon_rows_debug.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_debug_scripts_references_agree_with_the_triton_post_rows(
+    broken: bool, device: str, monkeypatch
+) -> None:
+    """scripts/gluon_rows_debug.py's PyTorch stages are what the next device session trusts
+    to find a fault in the Gluon kernel: its output and qkv references hold against the
+    project's Triton post rows kernel (the interpreter, standing in for the Gluon launch),
+    and a kernel that drops the output projection's bias is reported off."""
+    if device != "cpu":
+        pytest.skip("the stand-in runs under the interpreter")
+    import triton
+
+    from kernels import layer
+    from kernels._common import gdc_mode
+
+    script = _debug_script()
+    script.DEVICE = "cpu"
+
+    def stand_in(x, ctx, out, mask, post, qkv, qkv_w, rows, d, eps, **kw):  # type: ignore[no-untyped-def]
+        assert kw["stop"] == 0 or broken  # the stages run only where the output is off
+        post = (post[0], post[1] * (0.0 if broken else 1.0), *post[2:])
+        layer._post_rows_kernel[(triton.cdiv(rows, 16),)](
+            x, ctx, out, mask, *post, qkv, *qkv_w, x, rows, d, d, eps,
+            HAS_KEY_MASK=kw["has_key_mask"], FINAL_NORM=kw["final_norm"], BLOCK_R=16,
+            BLOCK_D=d, BLOCK_K=min(d, 32), BLOCK_F=min(d, 32), PRECISION="fp16",
+            EMULATE_BF16_DOT=True, STAGE_RESIDUAL=False, GELU_POLY=kw["gelu_poly"],
+            NEXT_QKV=kw["next_qkv"], BLOCK_N=min(d, 64), USE_GDC=gdc_mode(False, "start"),
+            FOLD_RESIDUAL=False, NEXT_NORM=False,
+        )  # fmt: skip
+
+    monkeypatch.setattr(script, "launch_post_rows_gluon", stand_in)
+    for mask, final, chained in ((True, False, True), (False, True, False)):
+        ok = script.run(32, 40, 4, 0, mask, final, chained, True, 0)
+        assert ok is (not broken), (mask, final, chained)
