@@ -125,20 +125,22 @@ if not GLUON_ERROR:
     def _post_rows_gluon_kernel(
         x_ptr, ctx_ptr, out_ptr, key_mask_ptr,
         wo_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
-        qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr,
+        qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, normed_ptr,
         num_rows, eps,
         D: gl.constexpr, BLOCK_R: gl.constexpr,
         HAS_KEY_MASK: gl.constexpr, FINAL_NORM: gl.constexpr, GELU_POLY_FORM: gl.constexpr,
-        NEXT_QKV: gl.constexpr,
+        NEXT_QKV: gl.constexpr, NEXT_NORM: gl.constexpr,
         ACC: gl.constexpr, OPERAND: gl.constexpr, SMEM_W: gl.constexpr,
         SMEM_CTX: gl.constexpr, LOAD_W: gl.constexpr, LOAD_CTX: gl.constexpr,
         STOP: gl.constexpr = 0,
     ):  # fmt: skip
         """``out = x + attention + FFN(LayerNorm2(x + attention))`` (and the final
-        LayerNorm, or the next layer's QKV) for row tiles ``pid, pid + P, ...`` of
-        ``num_rows`` tokens; ``attention = ctx @ Wo^T + bo``. Weights ``[out, in]`` fp16,
-        the FFN ``D`` wide; ``qkv`` rows ``[3 D]`` fp16. ``STOP`` (debugging only) stores a
-        stage's rows instead of the output: 1 ``x1``, 2 LayerNorm2's, 3 the FFN's GELU."""
+        LayerNorm, or the next layer's QKV, or its LayerNorm1 rows) for row tiles
+        ``pid, pid + P, ...`` of ``num_rows`` tokens; ``attention = ctx @ Wo^T + bo``.
+        Weights ``[out, in]`` fp16, the FFN ``D`` wide; ``qkv`` rows ``[3 D]`` fp16;
+        ``normed`` rows ``[D]`` fp16 (the heads variant's ``row_next_norm``). ``STOP``
+        (debugging only) stores a stage's rows instead of the output: 1 ``x1``, 2
+        LayerNorm2's, 3 the FFN's GELU."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         num_tiles = gl.cdiv(num_rows, BLOCK_R)
@@ -224,6 +226,9 @@ if not GLUON_ERROR:
                 y = a32
             gl.store(out_ptr + io, y, mask=io_mask)
 
+            if NEXT_NORM:  # the next heads attention's operand rows
+                hn = _layernorm(y, n1w_ptr, n1b_ptr, offs_c, D, eps)
+                gl.store(normed_ptr + io, hn.to(gl.float16), mask=io_mask)
             if NEXT_QKV:
                 hq = _layernorm(y, n1w_ptr, n1b_ptr, offs_c, D, eps)
                 hq = gl.convert_layout(hq.to(gl.float16), OPERAND)
@@ -339,6 +344,7 @@ def launch_post_rows_gluon(
     post_weights: tuple[torch.Tensor, ...],
     qkv: torch.Tensor,
     qkv_weights: tuple[torch.Tensor, ...],
+    normed: torch.Tensor,
     num_rows: int,
     d_model: int,
     eps: float,
@@ -348,29 +354,32 @@ def launch_post_rows_gluon(
     gelu_poly: bool,
     next_qkv: bool,
     num_warps: int,
+    next_norm: bool = False,
     stop: int = 0,
     max_programs: int = 0,
 ) -> None:
     """Launch the kernel over ``num_rows`` rows (arguments as the Triton post rows
     kernel's: ``post_weights`` from ``kernels.layer._post_weights``, ``qkv_weights`` from
-    ``_qkv_weights``; placeholders where unused): a persistent grid of the programs the
+    ``_qkv_weights``, ``normed`` the heads variant's next LayerNorm1 rows; placeholders
+    where unused): a persistent grid of the programs the
     SMs hold, at most one a tile (at most ``max_programs`` when set: a debugging run's
     several tiles a program). ``stop``: the kernel's ``STOP``."""
     from kernels import _triton
 
     lay = gluon_layouts(d_model, num_warps)
-    args = (x, ctx, out, mask_arg, *post_weights, qkv, *qkv_weights, num_rows, eps)
+    args = (x, ctx, out, mask_arg, *post_weights, qkv, *qkv_weights, normed, num_rows, eps)
     kwargs = dict(
         D=d_model, BLOCK_R=ROW_BLOCK, HAS_KEY_MASK=has_key_mask, FINAL_NORM=final_norm,
-        GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, ACC=lay.acc, OPERAND=lay.operand,
-        SMEM_W=lay.smem_w, SMEM_CTX=lay.smem_ctx, LOAD_W=lay.load_w, LOAD_CTX=lay.load_ctx,
-        num_warps=num_warps, STOP=stop,
+        GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, NEXT_NORM=next_norm, ACC=lay.acc,
+        OPERAND=lay.operand, SMEM_W=lay.smem_w, SMEM_CTX=lay.smem_ctx, LOAD_W=lay.load_w,
+        LOAD_CTX=lay.load_ctx, num_warps=num_warps, STOP=stop,
     )  # fmt: skip
     if _triton.OFFLINE_ARCH is not None:
         sms = 132  # the H100 / H200's
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, num_warps, stop)
+    key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, next_norm,
+           num_warps, stop)  # fmt: skip
     per_sm = _programs_per_sm(
         key,
         lambda: _post_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),

@@ -258,7 +258,7 @@ class Tiling:
     # tail; each waits for its predecessor to finish before its first load. The same
     # arithmetic; CUDA only (the interpreter has no grid dependency control).
     pdl: bool = False
-    # rows (without attn_post): the post-rows kernel in Gluon for Hopper
+    # heads, rows (without attn_post): the post-rows kernel in Gluon for Hopper
     # (``kernels.gluon_rows``): persistent programs with the layer's weights resident in
     # shared memory, each GEMM one wgmma, the next tile's context copied in during this
     # tile's FFN. fp16 operands, D = ffn_dim in 32/64/128, 4 or 8 row warps; its tile is
@@ -1203,10 +1203,10 @@ def _gluon_errors(
     variant: str, d_model: int, ffn_dim: int, tiling: Tiling, gemm: str, attn: str
 ) -> list[str]:
     """Why the Gluon post-rows kernel cannot take this configuration (empty: it can)."""
-    if variant != "rows" or tiling.attn_post:
+    if variant not in ("heads", "rows") or tiling.attn_post:
         return [
-            "gluon_post replaces the post-rows kernel of variant='rows' without attn_post; "
-            f"got variant={variant!r}, attn_post={tiling.attn_post}"
+            "gluon_post replaces the post-rows kernel of variants 'heads' and 'rows' "
+            f"without attn_post; got variant={variant!r}, attn_post={tiling.attn_post}"
         ]
     problems = gluon_rows.gluon_problems(d_model, ffn_dim, gemm, tiling.row_warps, tiling.next_qkv)
     reasons = [f"gluon_post: {why}" for why in problems]
@@ -1516,12 +1516,13 @@ def _launch_layer(
         )
     if tiling.gluon_post:
         chained = next_w is not None and chain_qkv
+        norms = next_w is not None and chain_norm
         gluon_rows.launch_post_rows_gluon(
             x, ctx, out, mask_arg, _post_weights(w, final_norm), qkv if chained else x,
-            _qkv_weights(next_w if next_w is not None else w), num_rows, d_model,
-            LAYERNORM_EPS, has_key_mask=mask_bytes is not None,
+            _qkv_weights(next_w if next_w is not None else w), normed if norms else x,
+            num_rows, d_model, LAYERNORM_EPS, has_key_mask=mask_bytes is not None,
             final_norm=final_norm is not None, gelu_poly=tiling.gelu_poly, next_qkv=chained,
-            num_warps=tiling.row_warps,
+            next_norm=norms, num_warps=tiling.row_warps,
         )  # fmt: skip
         return
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](

@@ -683,6 +683,7 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             ("rows", "fp16", "masked-gluon", True),
             ("rows", "fp16", "padded-chain-gluon8", True),
             ("rows", "fp16", "chain-gluon", False),
+            ("heads", "fp16", "padded-chain-gluon", True),
         )
     for variant, precision, padding, causal in layer_cases if reference else ():
         dims = "D64-H4" if "gluon" in padding else "D40-H5"

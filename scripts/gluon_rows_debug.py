@@ -49,7 +49,7 @@ def half_mm(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def run(d: int, rows: int, warps: int, programs: int, mask: bool, final: bool,
-        next_qkv: bool, poly: bool, seed: int) -> bool:  # fmt: skip
+        next_qkv: bool, poly: bool, seed: int, next_norm: bool = False) -> bool:  # fmt: skip
     dev = torch.device(DEVICE)
     g = torch.Generator(device="cpu").manual_seed(seed)
 
@@ -77,10 +77,12 @@ def run(d: int, rows: int, warps: int, programs: int, mask: bool, final: bool,
         if mask:
             y = torch.where(valid[:, None], y, 0.0)
     qkv_ref = (half_mm(layernorm(y, n1w, n1b), wqkv) + bqkv).half()
+    normed_ref = layernorm(y, n1w, n1b).half()
 
     post = (wo, bo, n2w, n2b, w1, b1, w2, b2, nfw, nfb)
     label = (f"D {d} rows {rows} warps {warps} programs {programs or 'all'} mask {mask:d} "
-             f"final {final:d} next_qkv {next_qkv:d} gelu {'poly' if poly else 'erf'}")  # fmt: skip
+             f"final {final:d} next_qkv {next_qkv:d} next_norm {next_norm:d} "
+             f"gelu {'poly' if poly else 'erf'}")  # fmt: skip
     ok = True
     # The output first; the stages only where it is off (each stage is another compile).
     stages = ((0, "out", y), (1, "x1", x1), (2, "LayerNorm2", h32), (3, "GELU", a32))
@@ -89,16 +91,19 @@ def run(d: int, rows: int, warps: int, programs: int, mask: bool, final: bool,
             break
         out = torch.full_like(x, float("nan"))
         qkv = torch.full((rows, 3 * d), float("nan"), device=dev, dtype=torch.float16)
+        normed = torch.full((rows, d), float("nan"), device=dev, dtype=torch.float16)
         launch_post_rows_gluon(
-            x, ctx, out, mask_bytes, post, qkv, (n1w, n1b, wqkv, bqkv), rows, d, EPS,
+            x, ctx, out, mask_bytes, post, qkv, (n1w, n1b, wqkv, bqkv), normed, rows, d, EPS,
             has_key_mask=mask, final_norm=final, gelu_poly=poly, next_qkv=next_qkv,
-            num_warps=warps, stop=stop, max_programs=programs,
+            next_norm=next_norm, num_warps=warps, stop=stop, max_programs=programs,
         )  # fmt: skip
         if dev.type == "cuda":
             torch.cuda.synchronize()
         checks = [(name, out, want)]
         if stop == 0 and next_qkv:
             checks.append(("qkv", qkv.float(), qkv_ref.float()))
+        if stop == 0 and next_norm:
+            checks.append(("normed", normed.float(), normed_ref.float()))
         for what, got, ref in checks:
             ok &= report(label, what, got, ref)
     return ok
@@ -130,6 +135,7 @@ def main() -> int:
     p.add_argument("--mask", action="store_true")
     p.add_argument("--final", action="store_true")
     p.add_argument("--next-qkv", action="store_true")
+    p.add_argument("--next-norm", action="store_true", help="the heads variant's normed rows")
     p.add_argument("--erf", action="store_true", help="the erf GELU (default: the poly form)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
@@ -143,11 +149,12 @@ def main() -> int:
     programs = [a.programs] if a.programs >= 0 else [0, 3]
     ok = True
     for d, r, w, n in itertools.product(ds, rows, warps, programs):
-        flags = [(a.mask, a.final, a.next_qkv)]
-        if sweep:  # every flag once on, chained included
-            flags = [(False, False, False), (True, True, False), (True, False, True)]
-        for mask, final, chained in flags:
-            ok &= run(d, r, w, n, mask, final, chained, not a.erf, a.seed)
+        flags = [(a.mask, a.final, a.next_qkv, a.next_norm)]
+        if sweep:  # every flag once on, both chains included
+            flags = [(False, False, False, False), (True, True, False, False),
+                     (True, False, True, False), (False, False, False, True)]  # fmt: skip
+        for mask, final, chained, norms in flags:
+            ok &= run(d, r, w, n, mask, final, chained, not a.erf, a.seed, norms)
     print("all stages within 1e-2" if ok else "SOME STAGES OFF (see above)")
     return 0 if ok else 1
 

@@ -39,7 +39,8 @@ export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 CASES=${CASES:-13,6,1,5}
 OVERLAYS=${OVERLAYS-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu": "poly", "row_fold_residual": true};{"row_fold_residual": true, "attn_maxnreg": 96};{"row_fold_residual": true, "attn_maxnreg": 80};{"row_fold_residual": true, "row_qkv_stages": 2};{"row_fold_residual": true, "attn_head_chunk": "head"}'}
 # Session 28: OVERLAYS=gluon names the Gluon post rows' overlays (row_gluon with the Triton
-# post rows' knobs unset; at 4 and 8 row warps; chained at 8), for rows entries only.
+# post rows' knobs unset; at 4 and 8 row warps; rows chained at 8), for heads and rows
+# entries.
 G='"row_gluon": true, "row_stage": false, "row_fold_residual": false, "row_ffn_block": 0, "pdl": false'
 [ "$OVERLAYS" = gluon ] && OVERLAYS="{$G};{$G, \"row_warps\": 8};{$G, \"row_next_qkv\": true, \"row_warps\": 8}"
 LOG="$OUT/s24_export.log"
@@ -81,9 +82,11 @@ for c in sys.argv[1].split(","):
         if over.get("row_next_norm") and entry.get("fused_layer") != "heads":
             continue  # session 27: the heads post rows write the next LayerNorm1
         if over.get("row_gluon") and (
-            entry.get("fused_layer") != "rows" or entry.get("row_attn_post")
+            entry.get("fused_layer") not in ("heads", "rows") or entry.get("row_attn_post")
         ):
-            continue  # session 28: the Gluon kernel replaces the rows post rows kernel
+            continue  # session 28: the Gluon kernel replaces the heads / rows post rows
+        if over.get("row_next_qkv") and entry.get("fused_layer") != "rows":
+            continue  # the rows chain
         if (
             over.get("attn_maxnreg") or over.get("row_qkv_stages") or over.get("attn_head_chunk")
         ) and entry.get("fused_layer") != "rows":

@@ -94,8 +94,8 @@ class NoFusedLayer(FusedLayerFamily):
             )
         if plan.row_gluon:
             reasons.append(
-                "row_gluon=True replaces the post-attention rows kernel of fused_layer=rows; "
-                "got fused_layer=none"
+                "row_gluon=True replaces the post-attention rows kernel of fused_layer=heads or "
+                "rows; got fused_layer=none"
             )
         if plan.pdl:
             reasons.append(
@@ -178,10 +178,10 @@ class _FusedLayer(FusedLayerFamily):
                 "QKV of fused_layer=rows without row_attn_post; got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
             )
-        if plan.row_gluon and (self.value != "rows" or plan.row_attn_post):
+        if plan.row_gluon and (self.value == "seq" or plan.row_attn_post):
             reasons.append(
-                "row_gluon=True replaces the post-attention rows kernel of fused_layer=rows "
-                f"without row_attn_post; got fused_layer={self.value}, "
+                "row_gluon=True replaces the post-attention rows kernel of fused_layer=heads or "
+                f"rows without row_attn_post; got fused_layer={self.value}, "
                 f"row_attn_post={plan.row_attn_post}"
             )
         if plan.row_next_norm and self.value != "heads":
