@@ -8,12 +8,14 @@
 # Predicted (docs/kernels_h200.md, "Session 28"): case 1's post rows 17 -> 7-10 us a launch,
 # its GPU time 99.7 -> 70-80 us a forward; case 6's post rows ~1.0 -> 0.45-0.6 ms a launch,
 # its forward 9.2 -> 7.0-7.6 ms.
+# Heads too (row_gluon with row_next_norm): case 2's post rows 6.2 -> 4-6 us a launch.
 # One call: the compiled kernel checks and GPU tests of the kernel (numerics against the
 # Triton post rows and the rule, 7 shapes); if they fail, scripts/gluon_rows_debug.py's
 # stage-by-stage sweep (which stage, which rows and columns are off); only if they pass, case 1's and case 6's kernel profiles with and
 # without it (one process a case), then the studies and export of cases 1 and 6 with the
 # Gluon overlays (scripts/h200_s24_export.sh, OVERLAYS=gluon; the next call takes the other
-# rows cases: OVERLAYS=gluon CASES=13,5,11 bash scripts/h200_s24_export.sh). Returned:
+# rows cases: OVERLAYS=gluon CASES=13,5,11 bash scripts/h200_s24_export.sh, and the heads
+# cases: OVERLAYS=gluon CASES=2,3,7,12). Case 2's profile runs too. Returned:
 # s28_gluon.log, s24_export.log, studies.db, h200.py.
 set -o pipefail
 source scripts/device_prelude.sh
@@ -21,7 +23,7 @@ export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s28_gluon.log"
 TOTAL=${TOTAL:-570}
 quiet() { grep -v -i warn | grep -v "retry ="; }
-step "kernels check (compiled): the Gluon post rows' three layer checks"
+step "kernels check (compiled): the Gluon post rows' four layer checks"
 timeout 120 python3 -m autotune kernels check --match gluon 2>&1 | quiet \
   | grep -E "FAIL|PASS|passed|failed" | tee -a "$LOG"
 echo "kernels check rc=${PIPESTATUS[0]}" | tee -a "$LOG"
@@ -40,11 +42,11 @@ python3 - <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 
 import json
 from autotune.runtime import load_table
 t = load_table("tables/h200.py")
-for c in ("1", "6"):
+for c in ("1", "6", "2"):
     plan = next(e["plan"] for e in t.entries.values() if e.get("case") == c)
     json.dump(plan, open(f"/tmp/s28_c{c}.json", "w"))
 PY
-for c in 1 6; do
+for c in 1 6 2; do
   if fits 100 "case $c profile"; then
     step "case $c kernel profile: the entry, then the Gluon post rows (one process)"
     timeout 100 python3 scripts/kernel_profile.py --case "$c" --forwards 5 \
