@@ -97,6 +97,15 @@ if not GLUON_ERROR:
         _cp_async(smem, w_ptr + gl.expand_dims(offs_n, 1) * K + gl.expand_dims(offs_k, 0))
 
     @gluon.jit
+    def _load_rows(x_ptr, tile, num_rows, offs_r, offs_c, D: gl.constexpr,
+                   BLOCK_R: gl.constexpr):  # fmt: skip
+        """A tile's fp32 rows ``[BLOCK_R, D]`` (rows past the end: zeros)."""
+        rows = tile * BLOCK_R + offs_r
+        io = gl.expand_dims(rows.to(gl.int64), 1) * D + gl.expand_dims(offs_c, 0)
+        mask = gl.expand_dims(rows < num_rows, 1) & gl.expand_dims(offs_c < D, 0)
+        return gl.load(x_ptr + io, mask=mask, other=0.0)
+
+    @gluon.jit
     def _copies_visible():
         """After a ``wait_group``: this thread's completed copies ordered before the async
         proxy's reads (wgmma reads shared memory through it), then every thread's."""
@@ -129,7 +138,7 @@ if not GLUON_ERROR:
         num_rows, eps,
         D: gl.constexpr, BLOCK_R: gl.constexpr,
         HAS_KEY_MASK: gl.constexpr, FINAL_NORM: gl.constexpr, GELU_POLY_FORM: gl.constexpr,
-        NEXT_QKV: gl.constexpr, NEXT_NORM: gl.constexpr,
+        NEXT_QKV: gl.constexpr, NEXT_NORM: gl.constexpr, PREFETCH_X: gl.constexpr,
         ACC: gl.constexpr, OPERAND: gl.constexpr, SMEM_W: gl.constexpr,
         SMEM_CTX: gl.constexpr, LOAD_W: gl.constexpr, LOAD_CTX: gl.constexpr,
         STOP: gl.constexpr = 0,
@@ -174,14 +183,20 @@ if not GLUON_ERROR:
         offs_r = gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, ACC))
         offs_c = gl.arange(0, D, layout=gl.SliceLayout(0, ACC))
         zeros = gl.zeros([BLOCK_R, D], gl.float32, ACC)
+        x_next = zeros
+        if PREFETCH_X:  # the first tile's residual rows
+            x_next = _load_rows(x_ptr, pid, num_rows, offs_r, offs_c, D, BLOCK_R)
         for tile in range(pid, num_tiles, nprog):
             rows = tile * BLOCK_R + offs_r
             row_ok = rows < num_rows
             io = gl.expand_dims(rows.to(gl.int64), 1) * D + gl.expand_dims(offs_c, 0)
             io_mask = gl.expand_dims(row_ok, 1) & gl.expand_dims(offs_c < D, 0)
             # x + bo: the output projection's starting accumulator, loaded while this
-            # tile's context copies land.
-            acc = gl.load(x_ptr + io, mask=io_mask, other=0.0)
+            # tile's context copies land (with PREFETCH_X, during the previous tile).
+            if PREFETCH_X:  # noqa: SIM108 (a constexpr branch: one side is compiled)
+                acc = x_next
+            else:
+                acc = gl.load(x_ptr + io, mask=io_mask, other=0.0)
             acc = acc + gl.expand_dims(gl.load(bo_ptr + offs_c), 0)
             if tile == pid:
                 async_copy.wait_group(LATER)  # Wo and the context
@@ -193,6 +208,8 @@ if not GLUON_ERROR:
             _cta_barrier()  # every warp is done with ctx_s: the next tile's copies go in
             _copy_ctx(ctx_s, ctx_ptr, tile + nprog, num_rows, D, BLOCK_R, LOAD_CTX)
             async_copy.commit_group()
+            if PREFETCH_X:  # the next tile's residual rows, in flight during this one's FFN
+                x_next = _load_rows(x_ptr, tile + nprog, num_rows, offs_r, offs_c, D, BLOCK_R)
 
             # LayerNorm2 and the FFN; W1 and W2 arrive during the first tile's work.
             h32 = _layernorm(x1, n2w_ptr, n2b_ptr, offs_c, D, eps)
@@ -370,7 +387,8 @@ def launch_post_rows_gluon(
     args = (x, ctx, out, mask_arg, *post_weights, qkv, *qkv_weights, normed, num_rows, eps)
     kwargs = dict(
         D=d_model, BLOCK_R=ROW_BLOCK, HAS_KEY_MASK=has_key_mask, FINAL_NORM=final_norm,
-        GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, NEXT_NORM=next_norm, ACC=lay.acc,
+        GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, NEXT_NORM=next_norm,
+        PREFETCH_X=num_warps == 8, ACC=lay.acc,
         OPERAND=lay.operand, SMEM_W=lay.smem_w, SMEM_CTX=lay.smem_ctx, LOAD_W=lay.load_w,
         LOAD_CTX=lay.load_ctx, num_warps=num_warps, STOP=stop,
     )  # fmt: skip
