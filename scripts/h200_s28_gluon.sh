@@ -3,7 +3,7 @@
 # kernel of fused_layer=rows in Gluon (kernels/gluon_rows.py): persistent programs with the
 # layer's weights resident in shared memory, each GEMM one wgmma, the next tile's context
 # copied in during this tile's FFN. Built and compiled offline only (Triton 3.6, sm_90:
-# case 1's chained form at 8 warps 164 registers, 212 KiB, no spills; case 6's at 4 warps
+# case 1's chained form at 8 warps 194 registers, 212 KiB, no spills; case 6's at 4 warps
 # 253 registers, 112 KiB, 2 programs an SM).
 # Predicted (docs/kernels_h200.md, "Session 28"): case 1's post rows 17 -> 7-10 us a launch,
 # its GPU time 99.7 -> 70-80 us a forward; case 6's post rows ~1.0 -> 0.45-0.6 ms a launch,

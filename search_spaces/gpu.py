@@ -204,7 +204,7 @@ SPACE = {
         # The post rows kernel in Gluon (session 28, kernels/gluon_rows.py): persistent, its
         # weights resident in shared memory, one wgmma a GEMM. Built without a device;
         # compiled offline (Triton 3.6: 253 registers, 112 KiB at 4 warps on case 6's
-        # shape; 164 registers, 212 KiB with the next QKV at 8 warps on case 1's).
+        # shape; 194 registers, 212 KiB with the next QKV at 8 warps on case 1's).
         {"name": "row_gluon", "values": [False, True], "when": {"fused_layer": _LAYERS}},
         # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
         # the next launch overlaps the tail of the one before (session 20: lost on 3 of 5).
