@@ -145,10 +145,11 @@ def test_gluon_post_rows_matches_the_triton_kernel_and_the_rule(
     assert torch.isfinite(gluon_out).all()
     report = compare(gluon_out, reference, PROJECT_RULE)
     assert report.passed, report
-    # Both round the same fp16 operands; a last-place difference of an fp32 sum can flip
-    # one rounding, whose error the rest of the layer carries: the Triton kernel's own
-    # distance to a reordered copy of itself (test_layer's fold test) is 1e-3.
-    torch.testing.assert_close(gluon_out, triton_out, rtol=2e-3, atol=2e-3)
+    # Both round the same fp16 operands; a last-place difference of an fp32 sum (wgmma's
+    # order against the Triton kernel's chunks) can flip one rounding, whose error the
+    # rest of the stack carries (the Triton kernel against a reordered copy of itself,
+    # test_layer's fold test: 1e-3 over two layers). A wrong stage is off by 0.1-1.
+    torch.testing.assert_close(gluon_out, triton_out, rtol=1e-2, atol=1e-2)
     assert torch.count_nonzero(x_change) == 0
 
 
