@@ -423,8 +423,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "row_gluon",
         False,
-        "fused_layer=heads or rows: the post-attention rows kernel in Gluon for Hopper (sm_90): "
-        "persistent programs with the layer's weights resident in shared memory, each GEMM "
+        "fused_layer=heads or rows: the post-attention rows kernel (and rows' QKV rows "
+        "kernel) in Gluon for Hopper (sm_90): persistent programs with the layer's weights "
+        "resident in shared memory, each GEMM "
         "one wgmma, the next tile's context copied in during this tile's FFN (fp16 operands, "
         "d_model = ffn_dim in 32/64/128, 4 or 8 row warps; the residual rides in the "
         "accumulators, so the Triton kernel's row_stage, row_fold_residual and row_ffn_block "

@@ -259,6 +259,52 @@ if not GLUON_ERROR:
                          offs_c)  # fmt: skip
         async_copy.wait_group(0)  # the last, empty, context copies
 
+    @gluon.jit
+    def _qkv_rows_gluon_kernel(
+        x_ptr, qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, num_rows, eps,
+        D: gl.constexpr, BLOCK_R: gl.constexpr, ACC: gl.constexpr, OPERAND: gl.constexpr,
+        SMEM_W: gl.constexpr, LOAD_W: gl.constexpr, PREFETCH_X: gl.constexpr,
+    ):  # fmt: skip
+        """``qkv = LayerNorm1(x) @ Wqkv^T + bqkv`` (fp16 rows ``[3 D]``) for row tiles
+        ``pid, pid + P, ...``: the QKV rows kernel of ``fused_layer=rows`` with the packed
+        weight's q, k, v blocks resident in shared memory (every layer without the chain;
+        the first layer with it); with ``PREFETCH_X`` the next tile's rows load during this
+        tile's GEMMs (8 warps: at 4 the second copy of the tile spilled, offline)."""
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        num_tiles = gl.cdiv(num_rows, BLOCK_R)
+        wq_s = gl.allocate_shared_memory(gl.float16, [D, D], SMEM_W)
+        wk_s = gl.allocate_shared_memory(gl.float16, [D, D], SMEM_W)
+        wv_s = gl.allocate_shared_memory(gl.float16, [D, D], SMEM_W)
+        _copy_weight(wq_s, wqkv_ptr, D, D, LOAD_W)
+        _copy_weight(wk_s, wqkv_ptr + D * D, D, D, LOAD_W)
+        _copy_weight(wv_s, wqkv_ptr + 2 * D * D, D, D, LOAD_W)
+        async_copy.commit_group()
+        offs_r = gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, ACC))
+        offs_c = gl.arange(0, D, layout=gl.SliceLayout(0, ACC))
+        zeros = gl.zeros([BLOCK_R, D], gl.float32, ACC)
+        x_next = zeros
+        if PREFETCH_X:
+            x_next = _load_rows(x_ptr, pid, num_rows, offs_r, offs_c, D, BLOCK_R)
+        for tile in range(pid, num_tiles, nprog):
+            rows = tile * BLOCK_R + offs_r
+            io_mask = gl.expand_dims(rows < num_rows, 1) & gl.expand_dims(offs_c < D, 0)
+            if PREFETCH_X:
+                x = x_next
+                x_next = _load_rows(x_ptr, tile + nprog, num_rows, offs_r, offs_c, D, BLOCK_R)
+            else:
+                x = _load_rows(x_ptr, tile, num_rows, offs_r, offs_c, D, BLOCK_R)
+            h = _layernorm(x, n1w_ptr, n1b_ptr, offs_c, D, eps)
+            h = gl.convert_layout(h.to(gl.float16), OPERAND)
+            if tile == pid:  # the weights (later tiles: resident)
+                async_copy.wait_group(0)
+                _copies_visible()
+            qkv_io = gl.expand_dims(rows.to(gl.int64), 1) * (3 * D) + gl.expand_dims(offs_c, 0)
+            _project(h, wq_s, bqkv_ptr, qkv_ptr + qkv_io, io_mask, zeros, offs_c)
+            _project(h, wk_s, bqkv_ptr + D, qkv_ptr + qkv_io + D, io_mask, zeros, offs_c)
+            _project(h, wv_s, bqkv_ptr + 2 * D, qkv_ptr + qkv_io + 2 * D, io_mask, zeros,
+                     offs_c)  # fmt: skip
+
 
 @dataclasses.dataclass(frozen=True)
 class GluonRowsLayouts:
@@ -325,8 +371,8 @@ def gluon_problems(
 _PROGRAMS: dict[tuple, int] = {}  # resident programs an SM, per compiled configuration
 
 
-def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], d_model: int,
-                     next_qkv: bool, num_warps: int) -> int:  # fmt: skip
+def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], shared_estimate: int,
+                     num_warps: int) -> int:  # fmt: skip
     """Programs an SM holds (registers, shared memory, warps) of the compiled kernel; offline
     (``kernels.sass.offline_launches``, nothing to query) from the shared memory estimate
     alone (the register limit is unknown there: at 8 warps and 4 with the chain both give 1;
@@ -335,8 +381,7 @@ def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], d_model: int
     from kernels.sass import blocks_per_sm
 
     if _triton.OFFLINE_ARCH is not None:
-        shared = gluon_shared_bytes(d_model, next_qkv, num_warps)
-        return max(1, blocks_per_sm(_triton.OFFLINE_ARCH, num_warps, 1, shared)["blocks"])
+        return max(1, blocks_per_sm(_triton.OFFLINE_ARCH, num_warps, 1, shared_estimate)["blocks"])
     if key not in _PROGRAMS:
         compiled = compile_kernel()
         # ``warmup`` compiles without loading: the register count is set when the binary
@@ -351,6 +396,50 @@ def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], d_model: int
         limits = blocks_per_sm(90, num_warps, int(registers), int(compiled.metadata.shared))
         _PROGRAMS[key] = max(1, limits["blocks"])
     return _PROGRAMS[key]
+
+
+def launch_qkv_rows_gluon(
+    x: torch.Tensor,
+    qkv: torch.Tensor,
+    qkv_weights: tuple[torch.Tensor, ...],
+    num_rows: int,
+    d_model: int,
+    eps: float,
+    *,
+    num_warps: int,
+    max_programs: int = 0,
+) -> None:
+    """Launch the QKV rows kernel over ``num_rows`` rows of ``x`` into ``qkv`` (fp16
+    ``[rows, 3 D]``; ``qkv_weights`` from ``kernels.layer._qkv_weights``): a persistent
+    grid of the programs the SMs hold, at most one a tile."""
+    from kernels import _triton
+
+    lay = gluon_layouts(d_model, num_warps)
+    args = (x, qkv, *qkv_weights, num_rows, eps)
+    kwargs = dict(
+        D=d_model, BLOCK_R=ROW_BLOCK, ACC=lay.acc, OPERAND=lay.operand, SMEM_W=lay.smem_w,
+        LOAD_W=lay.load_w, PREFETCH_X=num_warps == 8, num_warps=num_warps,
+    )  # fmt: skip
+    sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)
+    per_sm = _programs_per_sm(
+        ("qkv", x.device.index, d_model, num_warps),
+        lambda: _qkv_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
+        qkv_shared_bytes(d_model, num_warps),
+        num_warps,
+    )
+    tiles = -(-num_rows // ROW_BLOCK)
+    programs = min(tiles, per_sm * sms, max_programs or tiles)
+    _qkv_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)
+
+
+def qkv_shared_bytes(d_model: int, num_warps: int = 4) -> int:
+    """Shared memory a QKV rows program holds: the three weight blocks (fp16), with 8 warps
+    4 KiB more for the operand's layout conversion."""
+    return 3 * d_model * d_model * 2 + (4096 if num_warps == 8 else 0)
+
+
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def launch_post_rows_gluon(
@@ -392,17 +481,13 @@ def launch_post_rows_gluon(
         OPERAND=lay.operand, SMEM_W=lay.smem_w, SMEM_CTX=lay.smem_ctx, LOAD_W=lay.load_w,
         LOAD_CTX=lay.load_ctx, num_warps=num_warps, STOP=stop,
     )  # fmt: skip
-    if _triton.OFFLINE_ARCH is not None:
-        sms = 132  # the H100 / H200's
-    else:
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)  # H100 / H200: 132
     key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, next_norm,
            num_warps, stop)  # fmt: skip
     per_sm = _programs_per_sm(
         key,
         lambda: _post_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
-        d_model,
-        next_qkv,
+        gluon_shared_bytes(d_model, next_qkv, num_warps),
         num_warps,
     )
     tiles = -(-num_rows // ROW_BLOCK)

@@ -258,12 +258,12 @@ class Tiling:
     # tail; each waits for its predecessor to finish before its first load. The same
     # arithmetic; CUDA only (the interpreter has no grid dependency control).
     pdl: bool = False
-    # heads, rows (without attn_post): the post-rows kernel in Gluon for Hopper
-    # (``kernels.gluon_rows``): persistent programs with the layer's weights resident in
-    # shared memory, each GEMM one wgmma, the next tile's context copied in during this
-    # tile's FFN. fp16 operands, D = ffn_dim in 32/64/128, 4 or 8 row warps; its tile is
-    # 64 rows (row_block then sets the QKV rows kernel's alone). Sums in another order
-    # (the residual rides in the accumulators); CUDA sm_90 only (no interpreter).
+    # heads, rows (without attn_post): the post-rows kernel (and rows' QKV rows kernel) in
+    # Gluon for Hopper (``kernels.gluon_rows``): persistent programs with the layer's
+    # weights resident in shared memory, each GEMM one wgmma, the next tile's context
+    # copied in during this tile's FFN. fp16 operands, D = ffn_dim in 32/64/128, 4 or 8 row
+    # warps; 64-row tiles (row_block unused). Sums in another order (the residual rides in
+    # the accumulators); CUDA sm_90 only (no interpreter).
     gluon_post: bool = False
     # With pdl: where each kernel lets the next one launch, "start" (right after its own
     # wait: the next kernel's programs become resident and wait) or "end" (after its last
@@ -1469,7 +1469,12 @@ def _launch_layer(
         )
     else:
         assert qkv is not None
-        if not qkv_ready:
+        if not qkv_ready and tiling.gluon_post:  # the Gluon QKV rows (kernels.gluon_rows)
+            gluon_rows.launch_qkv_rows_gluon(
+                x, qkv, _qkv_weights(w), num_rows, d_model, LAYERNORM_EPS,
+                num_warps=tiling.row_warps,
+            )  # fmt: skip
+        elif not qkv_ready:
             _qkv_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
                 x,
                 qkv,

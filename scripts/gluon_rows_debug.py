@@ -4,7 +4,8 @@ one layer: where it goes wrong, if it does (a CUDA device of compute capability 
     python3 scripts/gluon_rows_debug.py                    # the default sweep
     python3 scripts/gluon_rows_debug.py --d 64 --rows 1000 --warps 8 --programs 3 --next-qkv
 
-Each configuration runs the kernel (the output, and with ``--next-qkv`` the qkv rows);
+Each configuration runs the QKV rows kernel, then the post rows kernel (the output, and with
+``--next-qkv`` the qkv rows);
 where they are off, three more times, each storing a stage's rows instead of its output
 (``STOP``: 1 x1 = x + ctx Wo^T + bo, 2 LayerNorm2, 3 the FFN's GELU). Per stage it prints
 the largest error against PyTorch on the same fp16 operands, how many elements are off by
@@ -23,7 +24,7 @@ import sys
 import torch
 
 from kernels._common import GELU_POLY, GELU_POLY_CLAMP
-from kernels.gluon_rows import ROW_BLOCK, launch_post_rows_gluon
+from kernels.gluon_rows import ROW_BLOCK, launch_post_rows_gluon, launch_qkv_rows_gluon
 
 EPS = 1e-5
 TOL = 1e-2
@@ -79,11 +80,16 @@ def run(d: int, rows: int, warps: int, programs: int, mask: bool, final: bool,
     qkv_ref = (half_mm(layernorm(y, n1w, n1b), wqkv) + bqkv).half()
     normed_ref = layernorm(y, n1w, n1b).half()
 
+    # The QKV rows kernel (the rows variant's first layer, every layer without the chain).
+    qkv_x_ref = (half_mm(layernorm(x, n1w, n1b), wqkv) + bqkv).half()
+    qkv_x = torch.full((rows, 3 * d), float("nan"), device=dev, dtype=torch.float16)
+    launch_qkv_rows_gluon(x, qkv_x, (n1w, n1b, wqkv, bqkv), rows, d, EPS, num_warps=warps,
+                          max_programs=programs)  # fmt: skip
     post = (wo, bo, n2w, n2b, w1, b1, w2, b2, nfw, nfb)
     label = (f"D {d} rows {rows} warps {warps} programs {programs or 'all'} mask {mask:d} "
              f"final {final:d} next_qkv {next_qkv:d} next_norm {next_norm:d} "
              f"gelu {'poly' if poly else 'erf'}")  # fmt: skip
-    ok = True
+    ok = report(label, "qkv rows", qkv_x.float(), qkv_x_ref.float())
     # The output first; the stages only where it is off (each stage is another compile).
     stages = ((0, "out", y), (1, "x1", x1), (2, "LayerNorm2", h32), (3, "GELU", a32))
     for stop, name, want in stages:

@@ -1,22 +1,23 @@
 #!/usr/bin/env bash
 # Session 28 (no device lent that session): the first run of `row_gluon`, the post rows
-# kernel of fused_layer=rows in Gluon (kernels/gluon_rows.py): persistent programs with the
-# layer's weights resident in shared memory, each GEMM one wgmma, the next tile's context
-# copied in during this tile's FFN. Built and compiled offline only (Triton 3.6, sm_90:
-# case 1's chained form at 8 warps 194 registers, 212 KiB, no spills; case 6's at 4 warps
-# 253 registers, 112 KiB, 2 programs an SM).
+# kernel of fused_layer=rows and heads, and rows' QKV rows kernel, in Gluon
+# (kernels/gluon_rows.py): persistent programs with the layer's weights resident in shared
+# memory, each GEMM one wgmma, the next tile's context copied in during this tile's FFN.
+# Built and compiled offline only (Triton 3.6, sm_90: case 1's chained post rows at 8 warps
+# 194 registers, 212 KiB, no spills; case 6's at 4 warps 253 registers, 112 KiB, 2 programs
+# an SM; case 6's QKV rows 160 registers, 96 KiB).
 # Predicted (docs/kernels_h200.md, "Session 28"): case 1's post rows 17 -> 7-10 us a launch,
-# its GPU time 99.7 -> 70-80 us a forward; case 6's post rows ~1.0 -> 0.45-0.6 ms a launch,
-# its forward 9.2 -> 7.0-7.6 ms.
-# Heads too (row_gluon with row_next_norm): case 2's post rows 6.2 -> 4-6 us a launch.
-# One call: the compiled kernel checks and GPU tests of the kernel (numerics against the
-# Triton post rows and the rule, 7 shapes); if they fail, scripts/gluon_rows_debug.py's
-# stage-by-stage sweep (which stage, which rows and columns are off); only if they pass, case 1's and case 6's kernel profiles with and
-# without it (one process a case), then the studies and export of cases 1 and 6 with the
-# Gluon overlays (scripts/h200_s24_export.sh, OVERLAYS=gluon; the next call takes the other
-# rows cases: OVERLAYS=gluon CASES=13,5,11 bash scripts/h200_s24_export.sh, and the heads
-# cases: OVERLAYS=gluon CASES=2,3,7,12). Case 2's profile runs too. Returned:
-# s28_gluon.log, s24_export.log, studies.db, h200.py.
+# its GPU time 99.7 -> 70-80 us a forward; case 6's post rows ~1.0 -> 0.45-0.6 ms a launch
+# and its QKV rows ~600 -> 420-480 us, its forward 9.2 -> 6.3-7.1 ms; case 2's post rows
+# (heads, with row_next_norm) 6.2 -> 4-6 us a launch.
+# One call: the compiled kernel checks and GPU tests (numerics against the Triton kernels
+# and the rule, rows and heads); if they fail, scripts/gluon_rows_debug.py's sweep (which
+# kernel and stage, which rows and columns are off); only if they pass, case 1's, 6's and
+# 2's kernel profiles with and without it (one process a case), then the studies and export
+# of cases 1 and 6 with the Gluon overlays (scripts/h200_s24_export.sh, OVERLAYS=gluon; the
+# next calls take the other cases: OVERLAYS=gluon CASES=13,5,11 bash
+# scripts/h200_s24_export.sh, and CASES=2,3,7,12). Returned: s28_gluon.log,
+# s24_export.log, studies.db, h200.py.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}

@@ -167,11 +167,11 @@ def test_the_persistent_grid_counts_the_compiled_kernels_programs_an_sm() -> Non
             self.n_regs = self._registers
 
     gluon_rows._PROGRAMS.clear()
-    case6 = gluon_rows._programs_per_sm(("t", 6), lambda: Compiled(247, 114_688), 128, False, 4)
-    chained = gluon_rows._programs_per_sm(("t", 1), lambda: Compiled(166, 217_088), 128, True, 8)
+    case6 = gluon_rows._programs_per_sm(("t", 6), lambda: Compiled(253, 114_688), 114_688, 4)
+    chained = gluon_rows._programs_per_sm(("t", 1), lambda: Compiled(194, 217_088), 217_088, 8)
     assert (case6, chained) == (2, 1)
     # cached per configuration: not compiled again
-    assert gluon_rows._programs_per_sm(("t", 6), lambda: 1 / 0, 128, False, 4) == 2
+    assert gluon_rows._programs_per_sm(("t", 6), lambda: 1 / 0, 114_688, 4) == 2
     gluon_rows._PROGRAMS.clear()
 
 
@@ -195,8 +195,9 @@ def test_the_debug_scripts_references_agree_with_the_triton_post_rows(
 ) -> None:
     """scripts/gluon_rows_debug.py's PyTorch stages are what the next device session trusts
     to find a fault in the Gluon kernel: its output and qkv references hold against the
-    project's Triton post rows kernel (the interpreter, standing in for the Gluon launch),
-    and a kernel that drops the output projection's bias is reported off."""
+    project's Triton post rows and QKV rows kernels (the interpreter, standing in for the
+    Gluon launches), and a kernel that drops the output projection's bias is reported
+    off."""
     if device != "cpu":
         pytest.skip("the stand-in runs under the interpreter")
     import triton
@@ -219,7 +220,14 @@ def test_the_debug_scripts_references_agree_with_the_triton_post_rows(
             FOLD_RESIDUAL=False, NEXT_NORM=kw["next_norm"],
         )  # fmt: skip
 
+    def qkv_stand_in(x, qkv, qkv_w, rows, d, eps, **kw):  # type: ignore[no-untyped-def]
+        layer._qkv_rows_kernel[(triton.cdiv(rows, 16),)](
+            x, qkv, *qkv_w, rows, d, eps, BLOCK_R=16, BLOCK_D=d, BLOCK_N=min(d, 64),
+            PRECISION="fp16", EMULATE_BF16_DOT=True, USE_GDC=gdc_mode(False, "start"),
+        )  # fmt: skip
+
     monkeypatch.setattr(script, "launch_post_rows_gluon", stand_in)
+    monkeypatch.setattr(script, "launch_qkv_rows_gluon", qkv_stand_in)
     for mask, final, chained, norms in ((True, False, True, False), (False, True, False, False),
                                         (True, False, False, True)):  # fmt: skip
         ok = script.run(32, 40, 4, 0, mask, final, chained, True, 0, norms)

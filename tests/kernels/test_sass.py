@@ -457,13 +457,12 @@ def test_inspect_compile_option_of_one_kernel(tmp_path: Path) -> None:
 def test_inspect_compiles_the_gluon_post_rows_for_sm_90(
     case: str, plan_file: str, warps: int, programs: int, tmp_path: Path
 ) -> None:
-    """Session 28's Gluon post rows (kernels.gluon_rows) compiled offline: it replaces the
-    Triton post rows in every layer, persistent (a program per resident slot, not a tile),
-    its shared memory as kernels.gluon_rows.gluon_shared_bytes counts it (the weights
-    resident), one wgmma instruction group per GEMM (3, or 6 with the next QKV), no
-    spills."""
+    """Session 28's Gluon post rows and QKV rows (kernels.gluon_rows) compiled offline:
+    they replace the Triton row kernels in every layer, persistent (a program per resident
+    slot, not a tile), their shared memory as kernels.gluon_rows counts it (the weights
+    resident), one wgmma instruction group per GEMM, no spills."""
     _needs_compiler()
-    from kernels.gluon_rows import gluon_shared_bytes
+    from kernels.gluon_rows import gluon_shared_bytes, qkv_shared_bytes
 
     plan = json.loads((ROOT / "docs/plans/s28" / plan_file).read_text())
     out = tmp_path / "gluon.json"
@@ -471,10 +470,14 @@ def test_inspect_compiles_the_gluon_post_rows_for_sm_90(
     assert done.returncode == 0, done.stderr[-2000:]
     (record,) = json.loads(out.read_text())
     names = {k["name"] for k in record["kernels"]}
-    assert "_post_rows_kernel" not in names
+    assert "_post_rows_kernel" not in names and "_qkv_rows_kernel" not in names
+    (qkv,) = [k for k in record["kernels"] if k["name"] == "_qkv_rows_gluon_kernel"]
+    chained = plan.get("row_next_qkv", False)
+    assert qkv["launches"] == (1 if chained else 4)  # the first layer, or every layer
+    assert qkv["shared"] == qkv_shared_bytes(128, warps) and qkv["stack"] == 0
+    assert qkv["sass"]["mma"] == 8 * 3
     gluon = [k for k in record["kernels"] if k["name"] == "_post_rows_gluon_kernel"]
     assert sum(k["launches"] for k in gluon) == 4 and len(gluon) == 2  # the last: final norm
-    chained = plan.get("row_next_qkv", False)
     for k, next_qkv in zip(gluon, (chained, False), strict=True):
         assert k["num_warps"] == warps and k["programs"] == programs
         assert k["shared"] == gluon_shared_bytes(128, next_qkv, warps)
