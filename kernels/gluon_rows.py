@@ -114,11 +114,12 @@ if not GLUON_ERROR:
 
     @gluon.jit
     def _project(h, w_s, b_ptr, out_ptrs, mask, zeros, offs_c):
-        """``h @ W^T + b`` (``W`` resident ``[N, K]`` in ``w_s``) stored as fp16."""
+        """``h @ W^T + b`` (``W`` resident ``[N, K]`` in ``w_s``) rounded once to the
+        output's dtype (fp16 q, k, v; fp32 or bf16 with those attention precisions)."""
         p = warpgroup_mma(h, w_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
         p = warpgroup_mma_wait(num_outstanding=0, deps=(p,))
         p = p + gl.expand_dims(gl.load(b_ptr + offs_c), 0)
-        gl.store(out_ptrs, p.to(gl.float16), mask=mask)
+        gl.store(out_ptrs, p.to(out_ptrs.dtype.element_ty), mask=mask)
 
     @gluon.jit
     def _copy_ctx(smem, ctx_ptr, tile, num_rows, D: gl.constexpr, BLOCK_R: gl.constexpr,
@@ -375,8 +376,10 @@ def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], shared_estim
                      num_warps: int) -> int:  # fmt: skip
     """Programs an SM holds (registers, shared memory, warps) of the compiled kernel; offline
     (``kernels.sass.offline_launches``, nothing to query) from the shared memory estimate
-    alone (the register limit is unknown there: at 8 warps and 4 with the chain both give 1;
-    at 4 warps without it both 2, 253 registers)."""
+    alone: the register limit is unknown there. For the post rows both agree (1 an SM at 8
+    warps and with the chain, 2 at 4 warps: 253 registers); the QKV rows at 8 warps is 2
+    offline and 1 on the device (144 registers), so offline grids over 132 tiles read 264
+    programs where the device launches 132."""
     from kernels import _triton
     from kernels.sass import blocks_per_sm
 

@@ -1186,7 +1186,7 @@ def _config_errors(
             f"attn_post={tiling.attn_post})"
         )
     if tiling.gluon_post:
-        reasons += _gluon_errors(variant, d_model, ffn_dim, tiling, gemm_precision, attn_precision)
+        reasons += _gluon_errors(variant, d_model, ffn_dim, tiling, gemm_precision)
     for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
         if value not in ROW_PRECISIONS:
             known = precision_reasons(value, None)
@@ -1199,10 +1199,8 @@ def _config_errors(
     return reasons
 
 
-def _gluon_errors(
-    variant: str, d_model: int, ffn_dim: int, tiling: Tiling, gemm: str, attn: str
-) -> list[str]:
-    """Why the Gluon post-rows kernel cannot take this configuration (empty: it can)."""
+def _gluon_errors(variant: str, d_model: int, ffn_dim: int, tiling: Tiling, gemm: str) -> list[str]:
+    """Why the Gluon row kernels cannot take this configuration (empty: it can)."""
     if variant not in ("heads", "rows") or tiling.attn_post:
         return [
             "gluon_post replaces the post-rows kernel of variants 'heads' and 'rows' "
@@ -1210,19 +1208,19 @@ def _gluon_errors(
         ]
     problems = gluon_rows.gluon_problems(d_model, ffn_dim, gemm, tiling.row_warps, tiling.next_qkv)
     reasons = [f"gluon_post: {why}" for why in problems]
-    if tiling.next_qkv and attn != "fp16":
-        reasons.append(f"gluon_post with next_qkv writes fp16 q, k, v: attn_precision={attn!r}")
     for name, on in (
         ("stage_residual", tiling.stage_residual),
         ("fold_residual", tiling.fold_residual),
         ("ffn_block", tiling.ffn_block),
         ("pdl", tiling.pdl),
+        ("qkv_stages", tiling.qkv_stages),
+        ("row_maxnreg", tiling.row_maxnreg),
     ):
         if on:
             reasons.append(
-                f"{name} configures the Triton post-rows kernel that gluon_post replaces (the "
-                "Gluon kernel always folds the residual into its accumulators, and has no "
-                "grid dependency control); leave it unset"
+                f"{name} configures the Triton row kernels that gluon_post replaces (the "
+                "Gluon kernels always fold the residual into their accumulators, hold their "
+                "weights resident and have no grid dependency control); leave it unset"
             )
     return reasons
 

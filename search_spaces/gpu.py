@@ -266,6 +266,9 @@ SPACE = {
         {"forbid": {"row_gluon": [True], "row_fold_residual": [True]}},
         {"forbid": {"row_gluon": [True], "row_ffn_block": [32, 16]}},
         {"forbid": {"row_gluon": [True], "pdl": [True]}},
+        # and no QKV rows stages or row tile of the Triton kernels (its tiles are 64 rows)
+        {"forbid": {"row_gluon": [True], "row_qkv_stages": [2, 1]}},
+        {"forbid": {"row_gluon": [True], "row_block": [16, 32, 128]}},
         {"forbid": {"attn_maxnreg": [80, 96], "row_attn_post": [True]}},
         {"forbid": {"attn_head_chunk": [16, 32, 64, 128], "row_attn_post": [True]}},
     ],

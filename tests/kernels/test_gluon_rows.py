@@ -66,11 +66,14 @@ def test_support_rules_name_the_kernel_it_replaces_and_the_way_out() -> None:
     assert any("without attn_post" in r for r in post)
     for knob in ("stage_residual", "fold_residual", "pdl"):
         why = _reasons(Tiling(gluon_post=True, **{knob: True}))
-        assert any(f"{knob} configures the Triton post-rows kernel" in r for r in why), knob
+        assert any(f"{knob} configures the Triton row kernels" in r for r in why), knob
     assert any("ffn_block configures" in r for r in _reasons(Tiling(gluon_post=True, ffn_block=32)))
     assert any("d_model 256" in r for r in _reasons(d_model=256, ffn_dim=256, num_heads=8))
-    chained = Tiling(gluon_post=True, next_qkv=True)
-    assert any("attn_precision='ieee'" in r for r in _reasons(chained, attn_precision="ieee"))
+    # q, k, v stored in the qkv buffer's dtype (a review: fp32 ones were rounded to fp16)
+    assert _reasons(Tiling(gluon_post=True, next_qkv=True), attn_precision="ieee") == []
+    for knob, value in (("qkv_stages", 2), ("row_maxnreg", 128)):
+        why = _reasons(Tiling(gluon_post=True, **{knob: value}))
+        assert any(f"{knob} configures the Triton row kernels" in r for r in why), knob
     assert any("compute capability 9.x" in r for r in _reasons(device_type="cpu", capability=None))
     assert any("built for Hopper" in r for r in _reasons(capability=(10, 0)))
 
@@ -106,7 +109,10 @@ def test_the_plan_knob_is_refused_off_rows_and_forbidden_with_the_triton_knobs()
         for knob in rule["forbid"]
         if knob != "row_gluon"
     }
-    assert forbidden == {"row_attn_post", "row_stage", "row_fold_residual", "row_ffn_block", "pdl"}
+    assert forbidden == {
+        "row_attn_post", "row_stage", "row_fold_residual", "row_ffn_block", "pdl",
+        "row_qkv_stages", "row_block",
+    }  # fmt: skip
 
 
 SHAPES = [
