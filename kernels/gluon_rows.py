@@ -309,14 +309,14 @@ if not GLUON_ERROR:
 
 @dataclasses.dataclass(frozen=True)
 class GluonRowsLayouts:
-    """The kernel's layouts for a model width and warp count (constexpr arguments)."""
+    """The kernels' layouts for a model width and warp count (constexpr arguments): one
+    shared layout and one copy layout serve the weights and the context tile alike (both
+    fp16 rows of D)."""
 
     acc: object
     operand: object
-    smem_w: object
-    smem_ctx: object
-    load_w: object
-    load_ctx: object
+    smem: object
+    load: object
 
 
 def gluon_layouts(d_model: int, num_warps: int) -> GluonRowsLayouts:
@@ -337,7 +337,7 @@ def gluon_layouts(d_model: int, num_warps: int) -> GluonRowsLayouts:
         warps_per_cta=[num_warps, 1],
         order=[1, 0],
     )
-    return GluonRowsLayouts(acc, operand, smem, smem, load, load)
+    return GluonRowsLayouts(acc, operand, smem, load)
 
 
 def gluon_shared_bytes(d_model: int, next_qkv: bool, num_warps: int = 4) -> int:
@@ -420,8 +420,8 @@ def launch_qkv_rows_gluon(
     lay = gluon_layouts(d_model, num_warps)
     args = (x, qkv, *qkv_weights, num_rows, eps)
     kwargs = dict(
-        D=d_model, BLOCK_R=ROW_BLOCK, ACC=lay.acc, OPERAND=lay.operand, SMEM_W=lay.smem_w,
-        LOAD_W=lay.load_w, PREFETCH_X=num_warps == 8, num_warps=num_warps,
+        D=d_model, BLOCK_R=ROW_BLOCK, ACC=lay.acc, OPERAND=lay.operand, SMEM_W=lay.smem,
+        LOAD_W=lay.load, PREFETCH_X=num_warps == 8, num_warps=num_warps,
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)
     per_sm = _programs_per_sm(
@@ -481,8 +481,8 @@ def launch_post_rows_gluon(
         D=d_model, BLOCK_R=ROW_BLOCK, HAS_KEY_MASK=has_key_mask, FINAL_NORM=final_norm,
         GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, NEXT_NORM=next_norm,
         PREFETCH_X=num_warps == 8, ACC=lay.acc,
-        OPERAND=lay.operand, SMEM_W=lay.smem_w, SMEM_CTX=lay.smem_ctx, LOAD_W=lay.load_w,
-        LOAD_CTX=lay.load_ctx, num_warps=num_warps, STOP=stop,
+        OPERAND=lay.operand, SMEM_W=lay.smem, SMEM_CTX=lay.smem, LOAD_W=lay.load,
+        LOAD_CTX=lay.load, num_warps=num_warps, STOP=stop,
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)  # H100 / H200: 132
     key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, next_norm,
