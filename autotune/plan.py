@@ -435,6 +435,19 @@ KNOBS: tuple[Knob, ...] = (
         group="kernels",
     ),
     Knob(
+        "attn_gluon",
+        0,
+        "fused_layer=heads: the heads attention in Gluon for Hopper (sm_90) with this many "
+        "heads a program (0: the Triton heads kernel): persistent programs, each owning a "
+        "group of heads (their q, k, v weight rows resident in shared memory) and looping "
+        "over sequences, every key in one tile (S <= 64 a warpgroup of attn_warps), each "
+        "GEMM one wgmma (fp16 operands, d_model 32/64/128, head dims 16-128; attn_block_m, "
+        "attn_block_n and attn_stages do not apply)",
+        choices=(0, 1, 2, 4, 8, 16),
+        needs={n: "fused_layer=heads" for n in (1, 2, 4, 8, 16)},
+        group="kernels",
+    ),
+    Knob(
         "row_next_norm",
         False,
         "fused_layer=heads: each layer's post-attention rows kernel but the last's also "
@@ -531,6 +544,7 @@ class Plan:
     row_attn_post: bool = False
     row_next_qkv: bool = False
     row_gluon: bool = False
+    attn_gluon: int = 0
     row_next_norm: bool = False
     pdl: bool = False
     pdl_trigger: str = "start"

@@ -68,7 +68,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import _triton, gluon_rows
+from kernels import _triton, gluon_heads, gluon_rows
 from kernels import attention as flash
 from kernels._common import (
     MAX_FUSED_ROW_TILE,
@@ -265,6 +265,13 @@ class Tiling:
     # warps; 64-row tiles (row_block unused). Sums in another order (the residual rides in
     # the accumulators); CUDA sm_90 only (no interpreter).
     gluon_post: bool = False
+    # heads: the heads attention in Gluon for Hopper (``kernels.gluon_heads``) with this
+    # many heads a program (0: the Triton kernel): persistent programs, each owning a group
+    # of heads (their q, k, v weight rows resident in shared memory) and looping over
+    # sequences; every key in one tile (S <= 64 a warpgroup of ``num_warps``), each GEMM one
+    # wgmma. fp16 operands, d_model in 32/64/128, head dims 16-128; block_m, block_n and
+    # num_stages unused. CUDA sm_90 only (no interpreter).
+    gluon_heads: int = 0
     # With pdl: where each kernel lets the next one launch, "start" (right after its own
     # wait: the next kernel's programs become resident and wait) or "end" (after its last
     # store: the next launch's latency overlaps this kernel's tail, nothing more).
@@ -291,6 +298,11 @@ class Tiling:
         if self.qkv_stages not in (0, 1, 2):
             raise ValueError(
                 f"tiling.qkv_stages must be 0 (Triton's default, 3) or 1..2, got {self.qkv_stages}"
+            )
+        if self.gluon_heads < 0:
+            raise ValueError(
+                f"tiling.gluon_heads must be 0 (the Triton heads kernel) or the heads a Gluon "
+                f"program runs (>= 1), got {self.gluon_heads}"
             )
         errors = maxnreg_errors("tiling.row_maxnreg", self.row_maxnreg)
         errors += maxnreg_errors("tiling.attn_maxnreg", self.attn_maxnreg)
@@ -1080,6 +1092,8 @@ def estimate_shared_memory_bytes(
         )
         attention = g * (bs * bd + bm * bd) + step
         return int(1.25 * max(attention, post))
+    if tiling.gluon_heads:  # the Gluon heads attention counts its own (gluon_heads_problems)
+        return post
     bhd, bm, bn = padded_dim(d_model // max(num_heads, 1)), tiling.block_m, tiling.block_n
     per_key_block = g * (bn * bd + 2 * bd * bhd) + a * (bhd * bn + bm * bn + bn * bhd)
     heads = g * (bm * bd + bd * bhd) + a * bm * bhd + per_key_block * max(tiling.num_stages, 1)
@@ -1187,6 +1201,10 @@ def _config_errors(
         )
     if tiling.gluon_post:
         reasons += _gluon_errors(variant, d_model, ffn_dim, tiling, gemm_precision)
+    if tiling.gluon_heads:
+        reasons += _gluon_heads_errors(
+            variant, seq_len, d_model, num_heads, tiling, gemm_precision, attn_precision
+        )
     for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
         if value not in ROW_PRECISIONS:
             known = precision_reasons(value, None)
@@ -1223,6 +1241,34 @@ def _gluon_errors(variant: str, d_model: int, ffn_dim: int, tiling: Tiling, gemm
                 "weights resident and have no grid dependency control); leave it unset"
             )
     return reasons
+
+
+def _gluon_heads_errors(
+    variant: str, seq_len: int, d_model: int, num_heads: int, tiling: Tiling, gemm: str,
+    attn: str,
+) -> list[str]:  # fmt: skip
+    """Why the Gluon heads attention cannot take this configuration (empty: it can)."""
+    if variant != "heads":
+        return [
+            "gluon_heads replaces the heads attention kernel of variant 'heads'; got "
+            f"variant={variant!r}"
+        ]
+    problems = gluon_heads.gluon_heads_problems(
+        seq_len=seq_len, d_model=d_model, num_heads=num_heads, heads=tiling.gluon_heads,
+        gemm_precision=gemm, attn_precision=attn, num_warps=tiling.num_warps,
+    )  # fmt: skip
+    reasons = [f"gluon_heads: {why}" for why in problems]
+    if tiling.pdl:
+        reasons.append(
+            "pdl: the Gluon heads attention has no grid dependency control; leave pdl unset "
+            "with gluon_heads"
+        )
+    return reasons
+
+
+def uses_gluon(tiling: Tiling) -> bool:
+    """Whether a Gluon kernel (Hopper only, no interpreter) runs in this configuration."""
+    return tiling.gluon_post or bool(tiling.gluon_heads)
 
 
 def not_supported_reasons(
@@ -1269,8 +1315,10 @@ def not_supported_reasons(
     if not reasons and prune_pointless:
         padded_s = padded_dim(seq_len)
         tiles = [("attn_block_m", tiling.block_m), ("attn_block_n", tiling.block_n)]
-        # seq and the one-tile attention hold every key in one tile: no key blocks
-        for name, value in tiles[: 1 if variant == "seq" or tiling.attn_head_chunk else 2]:
+        # seq and the one-tile attention hold every key in one tile: no key blocks; the
+        # Gluon heads attention uses neither tile
+        kept = 0 if tiling.gluon_heads else 1 if variant == "seq" or tiling.attn_head_chunk else 2
+        for name, value in tiles[:kept]:
             if value > padded_s:
                 reasons.append(f"{name}={value} > padded seq len {padded_s}; use a smaller {name}")
         padded_hd = padded_dim(d_model // max(num_heads, 1))
@@ -1306,15 +1354,16 @@ def not_supported_reasons(
     )
     if device_type == "cuda" and not reasons:
         reasons.extend(precision_reasons(attn_precision, capability))
-    if tiling.gluon_post and not reasons:
+    if uses_gluon(tiling) and not reasons:
+        name = "gluon_post" if tiling.gluon_post else "gluon_heads"
         if device_type != "cuda":  # (under the interpreter the launcher refuses it)
             reasons.append(
-                "gluon_post runs on a CUDA device of compute capability 9.x (Gluon has no "
-                "interpreter); use gluon_post=False here"
+                f"{name} runs on a CUDA device of compute capability 9.x (Gluon has no "
+                f"interpreter); leave {name} unset here"
             )
         elif capability is not None and capability[0] != 9:
             reasons.append(
-                f"gluon_post is built for Hopper (wgmma, sm_90); this device is sm_"
+                f"{name} is built for Hopper (wgmma, sm_90); this device is sm_"
                 f"{capability[0]}{capability[1]}"
             )
     return reasons
@@ -1429,7 +1478,13 @@ def _launch_layer(
             num_stages=tiling.num_stages,
         )
         return
-    if variant == "heads":
+    if variant == "heads" and tiling.gluon_heads:  # kernels.gluon_heads
+        gluon_heads.launch_heads_attention_gluon(
+            x, normed if normed_ready else None, ctx, mask_bytes, (f.norm1_weight, f.norm1_bias),
+            w.qkv_weight, w.qkv_bias, num_heads=num_heads, heads=tiling.gluon_heads,
+            causal=bool(causal), eps=LAYERNORM_EPS, num_warps=tiling.num_warps,
+        )  # fmt: skip
+    elif variant == "heads":
         num_q_blocks = triton.cdiv(seq_len, tiling.block_m)
         _heads_attention_kernel[(num_heads * num_q_blocks, batch)](
             x,
@@ -1709,19 +1764,21 @@ def layer_stack(
         )
     if tiling.pdl and (why := pdl_reasons("cuda", _triton.launch_capability(x.device))):
         raise ValueError("; ".join(why))
-    if tiling.gluon_post:
+    if uses_gluon(tiling):
+        name = "gluon_post" if tiling.gluon_post else "gluon_heads"
+        what = "the Gluon post-rows kernel" if tiling.gluon_post else "the Gluon heads attention"
         if (x.device.type != "cuda" and not offline) or is_interpreted(_post_rows_kernel):
             where = "the interpreter" if is_interpreted(_post_rows_kernel) else str(x.device)
             raise ValueError(
-                "tiling.gluon_post (the Gluon post-rows kernel) runs compiled on a CUDA GPU of "
-                f"compute capability 9.x; got {where}: use gluon_post=False"
+                f"tiling.{name} ({what}) runs compiled on a CUDA GPU of compute capability "
+                f"9.x; got {where}: leave {name} unset"
             )
         major = (
             _triton.OFFLINE_ARCH // 10 if offline else torch.cuda.get_device_capability(x.device)[0]
         )
         if major != 9:
             raise ValueError(
-                f"tiling.gluon_post is built for Hopper (sm_90: wgmma); this device is sm_{major}x"
+                f"tiling.{name} is built for Hopper (sm_90: wgmma); this device is sm_{major}x"
             )
     if x.numel() == 0:
         return out

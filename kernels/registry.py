@@ -440,10 +440,14 @@ def _run_layer(
     "gelu" (last but "fold"): the FFN's GELU as ``kernels._common.gelu_poly``; "fold" (last of
     all): the post rows' output projection accumulated onto the residual; "gluon" / "gluon8"
     (last of all): the Gluon post rows (``kernels.gluon_rows``, 4 or 8 row warps; compiled
-    on sm_90 only), at ``GLUON_LAYER_SHAPE``."""
+    on sm_90 only), at ``GLUON_LAYER_SHAPE``; "gheads" (after everything): the Gluon heads
+    attention (``kernels.gluon_heads``, 2 heads a program, 4 warps; compiled on sm_90 only),
+    at that shape too."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
+    gluon_heads = 2 if padding.endswith("gheads") else 0
+    padding = padding.removesuffix("gheads").removesuffix("-")
     gluon_warps = 8 if padding.endswith("gluon8") else 4 if padding.endswith("gluon") else 0
     padding = padding.removesuffix("8").removesuffix("gluon") if gluon_warps else padding
     padding = padding.removesuffix("-")
@@ -465,7 +469,8 @@ def _run_layer(
     ffn_block = 16 if padding.endswith("-f16") else 0
     padding = padding.removesuffix("-f16")
 
-    shape = dict(GLUON_LAYER_SHAPE if gluon_warps else LAYER_SHAPE, causal=causal)
+    gluon_shape = gluon_warps or gluon_heads
+    shape = dict(GLUON_LAYER_SHAPE if gluon_shape else LAYER_SHAPE, causal=causal)
     b, s, d = shape["batch_size"], shape["seq_len"], shape["d_model"]
     torch.manual_seed(12)
     model = reference(**shape).to(device).eval()
@@ -503,6 +508,7 @@ def _run_layer(
                 row_block=64 if gluon_warps else 16,
                 row_warps=gluon_warps or 4,
                 gluon_post=bool(gluon_warps),
+                gluon_heads=gluon_heads,
                 mask_bounds=padding == "masked-bounds",
                 stage_residual=padding.endswith("-staged"),
                 ffn_block=ffn_block,
@@ -684,9 +690,14 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             ("rows", "fp16", "padded-chain-gluon8", True),
             ("rows", "fp16", "chain-gluon", False),
             ("heads", "fp16", "padded-chain-gluon", True),
+            # the Gluon heads attention (session 29), with the Triton and the Gluon post rows
+            ("heads", "fp16", "masked-gheads", True),
+            ("heads", "fp16", "padded-chain-gheads", True),
+            ("heads", "fp16", "padded-chain-gluon-gheads", True),
+            ("heads", "fp16", "gheads", False),
         )
     for variant, precision, padding, causal in layer_cases if reference else ():
-        dims = "D64-H4" if "gluon" in padding else "D40-H5"
+        dims = "D64-H4" if "gluon" in padding or "gheads" in padding else "D40-H5"
         name = f"layer/{variant}/2-layers/B3-S21-{dims}/{precision}" + (
             f"/{padding}" if padding else ""
         )

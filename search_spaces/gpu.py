@@ -206,6 +206,11 @@ SPACE = {
         # compiled offline (Triton 3.6: 253 registers, 112 KiB at 4 warps on case 6's
         # shape; 194 registers, 212 KiB with the next QKV at 8 warps on case 1's).
         {"name": "row_gluon", "values": [False, True], "when": {"fused_layer": _LAYERS}},
+        # The heads attention in Gluon (session 29, kernels/gluon_heads.py): persistent, a
+        # group of heads' q, k, v weights resident, every key in one tile. Built without a
+        # device; offline (Triton 3.6, case 6's shape, 4 heads a program, 8 warps): 203
+        # registers, 160 KiB, no spills.
+        {"name": "attn_gluon", "values": [0, 1, 2, 4], "when": {"fused_layer": ["heads"]}},
         # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
         # the next launch overlaps the tail of the one before (session 20: lost on 3 of 5).
         {"name": "pdl", "values": [False, True], "when": {"fused_layer": _LAYERS}},
@@ -269,6 +274,12 @@ SPACE = {
         # and no QKV rows stages or row tile of the Triton kernels (its tiles are 64 rows)
         {"forbid": {"row_gluon": [True], "row_qkv_stages": [2, 1]}},
         {"forbid": {"row_gluon": [True], "row_block": [16, 32, 128]}},
+        # The Gluon heads attention has no tiles, stages or grid dependency control of the
+        # Triton kernel's: one setting of those stands for all.
+        {"forbid": {"attn_gluon": [1, 2, 4], "pdl": [True]}},
+        {"forbid": {"attn_gluon": [1, 2, 4], "attn_block_m": [16, 32, 128]}},
+        {"forbid": {"attn_gluon": [1, 2, 4], "attn_block_n": [32, 128]}},
+        {"forbid": {"attn_gluon": [1, 2, 4], "attn_stages": [1, 3]}},
         {"forbid": {"attn_maxnreg": [80, 96], "row_attn_post": [True]}},
         {"forbid": {"attn_head_chunk": [16, 32, 64, 128], "row_attn_post": [True]}},
     ],

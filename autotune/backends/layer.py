@@ -97,6 +97,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "row_gluon=True replaces the post-attention rows kernel of fused_layer=heads or "
                 "rows; got fused_layer=none"
             )
+        if plan.attn_gluon:
+            reasons.append(
+                f"attn_gluon={plan.attn_gluon} replaces the heads attention kernel of "
+                "fused_layer=heads; got fused_layer=none"
+            )
         if plan.pdl:
             reasons.append(
                 "pdl=True launches the kernels of fused_layer=heads or rows with programmatic "
@@ -138,6 +143,7 @@ def tiling(plan: Any) -> Any:
         next_qkv=plan.row_next_qkv,
         next_norm=plan.row_next_norm,
         gluon_post=plan.row_gluon,
+        gluon_heads=plan.attn_gluon,
         pdl=plan.pdl,
         # pdl_trigger without pdl is refused by the support rules (_trigger_reasons).
         pdl_trigger=plan.pdl_trigger if plan.pdl else "start",
@@ -183,6 +189,11 @@ class _FusedLayer(FusedLayerFamily):
                 "row_gluon=True replaces the post-attention rows kernel of fused_layer=heads or "
                 f"rows without row_attn_post; got fused_layer={self.value}, "
                 f"row_attn_post={plan.row_attn_post}"
+            )
+        if plan.attn_gluon and self.value != "heads":
+            reasons.append(
+                f"attn_gluon={plan.attn_gluon} replaces the heads attention kernel of "
+                f"fused_layer=heads; got fused_layer={self.value}"
             )
         if plan.row_next_norm and self.value != "heads":
             reasons.append(

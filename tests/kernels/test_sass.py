@@ -484,3 +484,39 @@ def test_inspect_compiles_the_gluon_post_rows_for_sm_90(
         # 64 x 128 x 128 a GEMM: 8 wgmma of K 16 each warpgroup, Wo / W1 / W2 (+ q, k, v)
         assert k["sass"]["mma"] == 8 * (6 if next_qkv else 3)
         assert k["stack"] == 0, k
+
+
+@pytest.mark.parametrize(
+    ("case", "plan_file", "heads", "programs"),
+    [
+        # case 6: 10,000 sequences, one group of 4 heads: 1 program an SM by shared memory
+        ("6", "c6_heads_gluon4.json", 4, 132),
+        # case 2: one sequence, 4 groups of one head: a program each
+        ("2", "c2_heads_gluon1.json", 1, 4),
+    ],
+)
+def test_inspect_compiles_the_gluon_heads_attention_for_sm_90(
+    case: str, plan_file: str, heads: int, programs: int, tmp_path: Path
+) -> None:
+    """Session 29's Gluon heads attention (kernels.gluon_heads) compiled offline: it
+    replaces the Triton heads kernel in every layer (normalising its rows itself in the
+    first, loading the post rows' LayerNorm1 rows after), persistent over sequences, its
+    shared memory as kernels.gluon_heads counts it (the group's weights resident, two k, v
+    buffers), five wgmma groups a head (q, k, v, the scores, the context), no spills."""
+    _needs_compiler()
+    from kernels.gluon_heads import gluon_heads_shared_bytes
+
+    plan = json.loads((ROOT / "docs/plans/s29" / plan_file).read_text())
+    out = tmp_path / "heads.json"
+    done = _inspect("--cases", case, "--plan", json.dumps(plan), "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = json.loads(out.read_text())
+    names = {k["name"] for k in record["kernels"]}
+    assert "_heads_attention_kernel" not in names and "_post_rows_kernel" not in names
+    attention = [k for k in record["kernels"] if k["name"] == "_heads_attention_gluon_kernel"]
+    assert [k["launches"] for k in attention] == [1, 3]  # normalising itself, then loading
+    for k in attention:
+        assert k["num_warps"] == 8 and k["programs"] == programs and k["stack"] == 0, k
+        assert k["shared"] == gluon_heads_shared_bytes(128, 32, heads, 8)
+        # 2 warpgroups of 64 rows: q, k, v 8 wgmma each (K 128), scores 2 (K 32), context 8
+        assert k["sass"]["mma"] == 3 * 8 + 2 + 8

@@ -1,0 +1,368 @@
+"""The heads attention of ``fused_layer=heads`` in Gluon, for Hopper (sm_90): LayerNorm1's
+rows, the heads' q, k, v projections and their attention over one key tile, persistent, a
+group of heads' projection weights resident in shared memory (plan knob ``attn_gluon``).
+
+The Triton heads kernel (``kernels.layer._heads_attention_kernel``) is one program a (query
+block, head, sequence): it projects its query rows and, per key block, every key row of its
+head again, so the sequence's rows are read and projected once a query block and a head,
+the weights fetched from L2 by every program. Here a program owns a group of ``G`` heads
+for the whole run and loops over sequences (``S <= 64`` a warpgroup: every key in one tile):
+
+- the group's q, k, v weight rows (``[G * hd, D]`` each) are copied into shared memory once
+  a program; the sequence's LayerNorm1 rows (``normed``, the previous layer's post rows
+  wrote them) are copied into shared memory with ``cp.async``, the next sequence's while
+  this one's last heads run; without ``normed`` (the first layer) they are normalised here
+  from the fp32 residual rows and stored there;
+- per head three wgmma make q, k and v (fp32 accumulators, the bias added, rounded to fp16
+  once); k and v go to shared memory (two buffers by head parity, so one CTA barrier a head
+  orders writes after every warp's reads), q stays in registers as the next wgmma's A
+  operand;
+- the scores are one wgmma over every key (``[S, S]``, fp32), masked (causal, key padding,
+  the key mask's bytes), an exact softmax in the log2 domain, the probabilities rounded to
+  fp16 and multiplied by v in one more wgmma, divided by the row sums at the end (a row
+  with no valid key: context 0, as the Triton kernel).
+
+fp16 operands and fp32 accumulation throughout, as the Triton kernel with fp16 GEMM and
+attention precisions; the same one-tile softmax as its single key block. Gluon has no
+interpreter: this runs on a CUDA device of compute capability 9.x and compiles offline
+(``kernels.sass.offline_launches``); ``kernels.layer.not_supported_reasons`` refuses it
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from kernels import gluon_rows
+
+GLUON_ERROR = gluon_rows.GLUON_ERROR
+if not GLUON_ERROR:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        async_copy,
+        fence_async_shared,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+
+    from kernels.gluon_rows import (
+        _copies_visible,
+        _copy_weight,
+        _cp_async,
+        _cta_barrier,
+        _layernorm,
+    )
+
+SUPPORTED_D_MODELS = gluon_rows.SUPPORTED_D_MODELS
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)  # wgmma: K a multiple of 16 (the scores' K is hd)
+WARPGROUP_ROWS = 64  # one warpgroup's wgmma rows: a program's key tile is 64 a warpgroup
+SMEM_LIMIT = gluon_rows.SMEM_LIMIT
+
+if not GLUON_ERROR:
+
+    @gluon.jit
+    def _copy_rows(smem, src_ptr, b, batch, seq_len, D: gl.constexpr, BLOCK_S: gl.constexpr,
+                   LOAD: gl.constexpr):  # fmt: skip
+        """Issue the copies of sequence ``b``'s fp16 rows ``[BLOCK_S, D]`` (rows past the
+        sequence, and every row of a sequence past the batch: zeros)."""
+        offs_s = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, LOAD))
+        offs_d = gl.arange(0, D, layout=gl.SliceLayout(0, LOAD))
+        rows = b.to(gl.int64) * seq_len + offs_s
+        ptrs = src_ptr + gl.expand_dims(rows, 1) * D + gl.expand_dims(offs_d, 0)
+        mask = gl.expand_dims((offs_s < seq_len) & (b < batch), 1) & gl.expand_dims(offs_d < D, 0)
+        _cp_async(smem, ptrs, mask=mask)
+
+    @gluon.jit
+    def _head_projection(a_s, w_s, b_ptr, offs_h, zeros):
+        """``rows @ W^T + b`` of one head, rounded once to fp16 (``W`` resident ``[hd, D]``)."""
+        p = warpgroup_mma(a_s, w_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
+        p = warpgroup_mma_wait(num_outstanding=0, deps=(p,))
+        return (p + gl.expand_dims(gl.load(b_ptr + offs_h), 0)).to(gl.float16)
+
+    @gluon.jit
+    def _attend(q, k_tile, v_tile, key_mask_ptr, b, seq_len, qk_scale, BLOCK_S: gl.constexpr,
+                HD: gl.constexpr, CAUSAL: gl.constexpr, HAS_KEY_MASK: gl.constexpr,
+                ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr,
+                P_OP: gl.constexpr):  # fmt: skip
+        """One head's context ``softmax(mask(q k^T * scale)) v`` over every key of sequence
+        ``b`` (fp32 ``[S, hd]``): the scores one wgmma, masked (keys past the sequence, the
+        key mask's bytes, causal), the exact softmax in the log2 domain, the probabilities
+        rounded to fp16 for the second wgmma and the row sums divided out at the end (a row
+        with no valid key: 0)."""
+        s = warpgroup_mma(gl.convert_layout(q, Q_OP), k_tile.permute((1, 0)),
+                          gl.zeros([BLOCK_S, BLOCK_S], gl.float32, ACC_S), use_acc=False,
+                          is_async=True)  # fmt: skip
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        offs_i = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_S))
+        offs_j = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(0, ACC_S))
+        key_ok = offs_j < seq_len
+        if HAS_KEY_MASK:
+            kb = gl.load(key_mask_ptr + b.to(gl.int64) * seq_len + offs_j, mask=key_ok, other=0)
+            key_ok = key_ok & (kb != 0)
+        valid = gl.expand_dims(key_ok, 0) & gl.expand_dims(offs_i >= 0, 1)
+        if CAUSAL:
+            valid = valid & (gl.expand_dims(offs_j, 0) <= gl.expand_dims(offs_i, 1))
+        s = gl.where(valid, s * qk_scale, float("-inf"))  # log2 domain
+        m = gl.max(s, axis=1)
+        m = gl.where(m == float("-inf"), 0.0, m)  # no valid key: p = 0, not NaN
+        p = gl.exp2(s - gl.expand_dims(m, 1))
+        denom = gl.sum(p, axis=1)
+        o = warpgroup_mma(gl.convert_layout(p.to(gl.float16), P_OP), v_tile,
+                          gl.zeros([BLOCK_S, HD], gl.float32, ACC_H), use_acc=False,
+                          is_async=True)  # fmt: skip
+        o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
+        denom = gl.convert_layout(gl.where(denom == 0.0, 1.0, denom), gl.SliceLayout(1, ACC_H))
+        return o / gl.expand_dims(denom, 1)
+
+    @gluon.jit
+    def _heads_attention_gluon_kernel(
+        x_ptr, normed_ptr, ctx_ptr, key_mask_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr,
+        batch, seq_len, qk_scale, eps,
+        D: gl.constexpr, HD: gl.constexpr, G: gl.constexpr, GROUPS: gl.constexpr,
+        BLOCK_S: gl.constexpr, CAUSAL: gl.constexpr, HAS_KEY_MASK: gl.constexpr,
+        NORMED: gl.constexpr, KV_BUFS: gl.constexpr,
+        ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr, P_OP: gl.constexpr,
+        SMEM_A: gl.constexpr, SMEM_W: gl.constexpr, SMEM_KV: gl.constexpr,
+        LOAD: gl.constexpr,
+    ):  # fmt: skip
+        """The context ``[B, S, D]`` (fp16) of heads ``g * G .. g * G + G - 1`` for
+        sequences ``s0, s0 + P / GROUPS, ...``: program ``pid`` owns group ``pid % GROUPS``
+        and starts at sequence ``pid // GROUPS`` (the grid is a multiple of ``GROUPS``).
+        ``wqkv`` the packed ``[3 D, D]`` fp16 weight, ``bqkv`` its fp32 bias; ``normed``
+        the LayerNorm1 rows (fp16, with ``NORMED``) or ``x`` the fp32 residual rows."""
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        group = pid % GROUPS
+        step = nprog // GROUPS
+        first = pid // GROUPS
+        GH: gl.constexpr = G * HD  # the group's columns of q, k, v and of the context
+        col0 = group * GH
+
+        wq_s = gl.allocate_shared_memory(gl.float16, [G, HD, D], SMEM_W)
+        wk_s = gl.allocate_shared_memory(gl.float16, [G, HD, D], SMEM_W)
+        wv_s = gl.allocate_shared_memory(gl.float16, [G, HD, D], SMEM_W)
+        a_s = gl.allocate_shared_memory(gl.float16, [BLOCK_S, D], SMEM_A)
+        k_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, HD], SMEM_KV)
+        v_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, HD], SMEM_KV)
+        # One commit group: the weights (and the first sequence's rows); each sequence's
+        # rows after that are a group of their own, the only one in flight.
+        for g in gl.static_range(G):  # each head's [hd, D] rows of Wq, Wk, Wv
+            head_w = wqkv_ptr + (col0 + g * HD) * D
+            _copy_weight(wq_s.index(g), head_w, HD, D, LOAD)
+            _copy_weight(wk_s.index(g), head_w + D * D, HD, D, LOAD)
+            _copy_weight(wv_s.index(g), head_w + 2 * D * D, HD, D, LOAD)
+        if NORMED:
+            _copy_rows(a_s, normed_ptr, first, batch, seq_len, D, BLOCK_S, LOAD)
+        async_copy.commit_group()
+
+        offs_ls = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, LOAD))
+        offs_ld = gl.arange(0, D, layout=gl.SliceLayout(0, LOAD))
+        count = 0  # heads done by this program: the k, v buffer's parity
+        for b in range(first, batch, step):
+            if not NORMED:  # the first layer: LayerNorm1 of the residual rows, here
+                rows = b.to(gl.int64) * seq_len + offs_ls
+                io = gl.expand_dims(rows, 1) * D + gl.expand_dims(offs_ld, 0)
+                ok = gl.expand_dims(offs_ls < seq_len, 1) & gl.expand_dims(offs_ld < D, 0)
+                x = gl.load(x_ptr + io, mask=ok, other=0.0)
+                a_s.store(_layernorm(x, n1w_ptr, n1b_ptr, offs_ld, D, eps).to(gl.float16))
+            async_copy.wait_group(0)  # the weights (first) and this sequence's rows
+            _copies_visible()  # (the fence also orders the stores above before wgmma)
+            for h in range(G):
+                # A loop, not unrolled: unrolled over 4 heads it spilled 664 B a thread
+                # (offline, Triton 3.6, case 6), 203 registers and no spills as a loop.
+                buf = (count + h) % KV_BUFS
+                offs_h = gl.arange(0, HD, layout=gl.SliceLayout(0, ACC_H))
+                zeros_h = gl.zeros([BLOCK_S, HD], gl.float32, ACC_H)
+                q = _head_projection(a_s, wq_s.index(h), bqkv_ptr + col0 + h * HD,
+                                     offs_h, zeros_h)  # fmt: skip
+                k = _head_projection(a_s, wk_s.index(h),
+                                     bqkv_ptr + D + col0 + h * HD, offs_h, zeros_h)  # fmt: skip
+                v = _head_projection(a_s, wv_s.index(h),
+                                     bqkv_ptr + 2 * D + col0 + h * HD, offs_h, zeros_h)  # fmt: skip
+                k_s.index(buf).store(k)
+                v_s.index(buf).store(v)
+                # Every warp's k, v stored (and, with one buffer or at the last head, every
+                # warp's reads of the rows done) before anyone's wgmma reads them.
+                fence_async_shared()
+                _cta_barrier()
+                if NORMED and h == G - 1:  # the rows are free: the next sequence's copies
+                    _copy_rows(a_s, normed_ptr, b + step, batch, seq_len, D, BLOCK_S, LOAD)
+                async_copy.commit_group()  # (an empty group at the other heads)
+                o = _attend(q, k_s.index(buf), v_s.index(buf), key_mask_ptr, b, seq_len,
+                            qk_scale, BLOCK_S, HD, CAUSAL, HAS_KEY_MASK, ACC_H, ACC_S, Q_OP,
+                            P_OP)  # fmt: skip
+                offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
+                offs_c = gl.arange(0, HD, layout=gl.SliceLayout(0, ACC_H))
+                rows_out = b.to(gl.int64) * seq_len + offs_r
+                ptrs = (ctx_ptr + gl.expand_dims(rows_out, 1) * D
+                        + gl.expand_dims(col0 + h * HD + offs_c, 0))  # fmt: skip
+                ok_out = gl.expand_dims(offs_r < seq_len, 1) & gl.expand_dims(offs_c < HD, 0)
+                gl.store(ptrs, o.to(gl.float16), mask=ok_out)
+                if KV_BUFS == 1:  # every warp done with k, v before the next head's stores
+                    _cta_barrier()
+            count += G
+        async_copy.wait_group(0)  # the last, empty, copies
+
+
+@dataclasses.dataclass(frozen=True)
+class GluonHeadsLayouts:
+    """The kernel's layouts (constexpr arguments) for a width, head dim and warp count."""
+
+    acc_h: object  # q, k, v and the context: [S, hd]
+    acc_s: object  # the scores: [S, S]
+    q_op: object  # q as the scores' A operand
+    p_op: object  # the probabilities as the context's A operand
+    smem_a: object
+    smem_w: object
+    smem_kv: object
+    load: object
+
+
+def block_s(num_warps: int) -> int:
+    """Rows (queries and keys) a program's tile holds: 64 a warpgroup."""
+    return WARPGROUP_ROWS * (num_warps // 4)
+
+
+def gluon_heads_layouts(d_model: int, head_dim: int, num_warps: int) -> GluonHeadsLayouts:
+    """wgmma accumulators with the warpgroups stacked on the rows (so the accumulator to
+    A-operand conversions stay in registers), 128-byte swizzled (or a row wide) shared
+    layouts, and the 16-byte copy layout of ``kernels.gluon_rows``."""
+    bs = block_s(num_warps)
+
+    def acc(n: int) -> object:
+        return gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16]
+        )
+
+    acc_h, acc_s = acc(head_dim), acc(bs)
+    cols = d_model // 8
+    load = gl.BlockedLayout(
+        size_per_thread=[1, 8],
+        threads_per_warp=[32 // cols, cols],
+        warps_per_cta=[num_warps, 1],
+        order=[1, 0],
+    )
+    return GluonHeadsLayouts(
+        acc_h=acc_h,
+        acc_s=acc_s,
+        q_op=gl.DotOperandLayout(operand_index=0, parent=acc_s, k_width=2),
+        p_op=gl.DotOperandLayout(operand_index=0, parent=acc_h, k_width=2),
+        smem_a=gl.NVMMASharedLayout.get_default_for([bs, d_model], gl.float16),
+        smem_w=gl.NVMMASharedLayout.get_default_for([head_dim, d_model], gl.float16),
+        smem_kv=gl.NVMMASharedLayout.get_default_for([bs, head_dim], gl.float16),
+        load=load,
+    )
+
+
+def kv_buffers(d_model: int, head_dim: int, heads: int, num_warps: int) -> int:
+    """Two k, v buffers (one barrier a head) where they fit in shared memory, else one."""
+    two = gluon_heads_shared_bytes(d_model, head_dim, heads, num_warps, 2)
+    return 2 if two <= SMEM_LIMIT else 1
+
+
+def gluon_heads_shared_bytes(
+    d_model: int, head_dim: int, heads: int, num_warps: int, kv_bufs: int = 0
+) -> int:
+    """Shared memory a program holds: the group's q, k, v weight rows, the sequence's rows,
+    and the k, v buffers, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks)."""
+    bs = block_s(num_warps)
+    kv_bufs = kv_bufs or kv_buffers(d_model, head_dim, heads, num_warps)
+    return 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * head_dim)
+
+
+def gluon_heads_problems(
+    *, seq_len: int, d_model: int, num_heads: int, heads: int, gemm_precision: str,
+    attn_precision: str, num_warps: int,
+) -> list[str]:  # fmt: skip
+    """Why this kernel cannot take a layer of this shape and setting (empty: it can)."""
+    out = [GLUON_ERROR] if GLUON_ERROR else []
+    head_dim = d_model // num_heads if num_heads and d_model % num_heads == 0 else 0
+    if d_model not in SUPPORTED_D_MODELS:
+        out.append(f"d_model {d_model} is not one of {SUPPORTED_D_MODELS}")
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        out.append(
+            f"head_dim {head_dim or 'undefined'} is not one of {SUPPORTED_HEAD_DIMS} "
+            "(wgmma's reduction over the head dim takes multiples of 16)"
+        )
+    if heads < 1 or num_heads % heads:
+        out.append(f"{heads} heads a program does not divide num_heads={num_heads}")
+    for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
+        if value != "fp16":
+            out.append(f"{name} {value!r} is not 'fp16'")
+    if num_warps not in (4, 8):
+        out.append(f"{num_warps} attention warps: wgmma takes 4 (one warpgroup) or 8")
+    elif seq_len > block_s(num_warps):
+        out.append(
+            f"seq_len {seq_len} > {block_s(num_warps)} (every key in one tile: 64 rows a "
+            "warpgroup); use 8 attention warps (S <= 128) or the Triton heads kernel"
+        )
+    if out:
+        return out
+    cover = (32 // (d_model // 8)) * num_warps  # rows the copy layout spans
+    if head_dim < cover:
+        out.append(
+            f"a head's {head_dim} weight rows are fewer than the {cover} rows the copies of "
+            f"{num_warps} warps span at d_model {d_model}; use 4 attention warps or fewer heads"
+        )
+    need = gluon_heads_shared_bytes(d_model, head_dim, heads, num_warps)
+    if need > SMEM_LIMIT:
+        out.append(f"{need} bytes of shared memory a program (the limit is {SMEM_LIMIT})")
+    return out
+
+
+def launch_heads_attention_gluon(
+    x: torch.Tensor,
+    normed: torch.Tensor | None,
+    ctx: torch.Tensor,
+    mask_bytes: torch.Tensor | None,
+    norm1: tuple[torch.Tensor, torch.Tensor],
+    wqkv: torch.Tensor,
+    bqkv: torch.Tensor,
+    *,
+    num_heads: int,
+    heads: int,
+    causal: bool,
+    eps: float,
+    num_warps: int,
+    max_programs: int = 0,
+) -> None:
+    """Launch the kernel over ``x [B, S, D]``'s sequences into ``ctx`` (fp16 ``[B, S, D]``):
+    ``normed`` the LayerNorm1 rows (fp16) or None (normalised here from ``x``);
+    ``wqkv`` ``[3 D, D]`` fp16, ``bqkv`` ``[3 D]`` fp32. A persistent grid of the programs
+    the SMs hold, a multiple of the head groups, at most one a (sequence, group); with
+    ``max_programs``, at most that many a group (debugging: several sequences a program)."""
+    from kernels import _triton
+
+    batch, seq_len, d_model = x.shape
+    head_dim = d_model // num_heads
+    groups = num_heads // heads
+    lay = gluon_heads_layouts(d_model, head_dim, num_warps)
+    kv_bufs = kv_buffers(d_model, head_dim, heads, num_warps)
+    args = (
+        x, normed if normed is not None else x, ctx,
+        mask_bytes if mask_bytes is not None else x, *norm1, wqkv, bqkv,
+        batch, seq_len, head_dim**-0.5 * 1.4426950408889634, eps,
+    )  # fmt: skip
+    kwargs = dict(
+        D=d_model, HD=head_dim, G=heads, GROUPS=groups, BLOCK_S=block_s(num_warps),
+        CAUSAL=bool(causal), HAS_KEY_MASK=mask_bytes is not None, NORMED=normed is not None,
+        KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
+        SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, LOAD=lay.load,
+        num_warps=num_warps,
+    )  # fmt: skip
+    sms = 132 if _triton.OFFLINE_ARCH is not None else gluon_rows._sm_count(x.device)
+    key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,
+           mask_bytes is not None, normed is not None)  # fmt: skip
+    per_sm = gluon_rows._programs_per_sm(
+        key,
+        lambda: _heads_attention_gluon_kernel.warmup(*args, grid=(groups,), **kwargs),
+        gluon_heads_shared_bytes(d_model, head_dim, heads, num_warps, kv_bufs),
+        num_warps,
+    )
+    items = batch * groups
+    programs = min(items, per_sm * sms, max_programs * groups or items)
+    programs = max(groups, programs // groups * groups)
+    _heads_attention_gluon_kernel[(programs,)](*args, **kwargs)

@@ -1,0 +1,224 @@
+"""The Gluon heads attention (kernels.gluon_heads, Tiling.gluon_heads, plan knob attn_gluon):
+its support rules everywhere; its numerics against the Triton heads kernel and the
+reference on a CUDA device of compute capability 9.x (``KERNELS_TEST_DEVICE=cuda``); its
+compiled resources offline in tests/kernels/test_sass.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from kernels import gluon_heads
+from kernels._tolerance import PROJECT_RULE, compare
+from kernels.layer import Tiling, not_supported_reasons
+from tests.kernels.test_layer import run_stack
+
+
+def _reasons(tiling: Tiling, **changes) -> list[str]:
+    args = dict(
+        variant="heads",
+        seq_len=128,
+        d_model=128,
+        num_heads=4,
+        ffn_dim=128,
+        tiling=tiling,
+        gemm_precision="fp16",
+        attn_precision="fp16",
+        device_type="cuda",
+        capability=(9, 0),
+        smem_bytes=232448,
+    )
+    args.update(changes)
+    return not_supported_reasons(**args)
+
+
+def _problems(**changes) -> list[str]:
+    args = dict(seq_len=128, d_model=128, num_heads=4, heads=4, gemm_precision="fp16",
+                attn_precision="fp16", num_warps=8)  # fmt: skip
+    args.update(changes)
+    return [p for p in gluon_heads.gluon_heads_problems(**args) if p != gluon_heads.GLUON_ERROR]
+
+
+def test_the_shapes_and_settings_it_takes_and_why_not() -> None:
+    assert _problems() == []
+    assert _problems(seq_len=32, num_warps=4, heads=1) == []  # case 12's shape
+    cases = {
+        "d_model 96 is not one of (32, 64, 128)": dict(d_model=96, num_heads=6, heads=1),
+        "head_dim 8 is not one of (16, 32, 64, 128)": dict(num_heads=16, heads=4),
+        "3 heads a program does not divide num_heads=4": dict(heads=3),
+        "gemm_precision 'bf16' is not 'fp16'": dict(gemm_precision="bf16"),
+        "attn_precision 'ieee' is not 'fp16'": dict(attn_precision="ieee"),
+        "2 attention warps": dict(num_warps=2),
+        "seq_len 129 > 128": dict(seq_len=129),
+        "seq_len 65 > 64": dict(seq_len=65, num_warps=4),
+        # a head's 16 rows of a 64-wide weight against the 32 rows 8 warps' copies span
+        "a head's 16 weight rows are fewer than the 32 rows": dict(d_model=64, heads=2),
+    }
+    for why, changes in cases.items():
+        assert any(why in p for p in _problems(**changes)), (why, _problems(**changes))
+
+
+def test_shared_memory_and_the_kv_buffers() -> None:
+    """The weights of the group, the sequence's rows and k, v (two buffers where they fit):
+    equal to the compiled kernels' (offline, Triton 3.6 and 3.9: tests/kernels/test_sass.py)."""
+    # case 6: 4 heads of 32: 96 KiB of weights, 32 KiB of rows, 2 x 2 x 8 KiB of k, v
+    assert gluon_heads.gluon_heads_shared_bytes(128, 32, 4, 8) == 163_840
+    assert gluon_heads.kv_buffers(128, 32, 4, 8) == 2
+    # case 9: one head of 128: two buffers would be 256 KiB; one fits (192 KiB)
+    assert gluon_heads.kv_buffers(128, 128, 1, 8) == 1
+    assert gluon_heads.gluon_heads_shared_bytes(128, 128, 1, 8) == 196_608
+    assert _problems(num_heads=1, heads=1) == []
+
+
+def test_support_rules_name_the_kernel_it_replaces_and_the_way_out() -> None:
+    if gluon_heads.GLUON_ERROR:
+        pytest.skip(gluon_heads.GLUON_ERROR)
+    heads4 = Tiling(num_warps=8, gluon_heads=4)
+    assert _reasons(heads4) == []
+    # the Triton tiles do not apply: 128-row tiles are the Triton heads kernel's refusal
+    assert _reasons(Tiling(num_warps=8, gluon_heads=1, block_m=64, block_n=128)) == []
+    assert _reasons(Tiling(num_warps=8, gluon_heads=4, next_norm=True, gluon_post=True,
+                           row_block=64)) == []  # fmt: skip
+    rows = _reasons(heads4, variant="rows")
+    assert any("gluon_heads replaces the heads attention kernel of variant 'heads'" in r
+               for r in rows)  # fmt: skip
+    assert any("no grid dependency control" in r
+               for r in _reasons(Tiling(num_warps=8, gluon_heads=4, pdl=True)))  # fmt: skip
+    assert any("seq_len 100 > 64" in r for r in _reasons(Tiling(gluon_heads=4), seq_len=100))
+    assert any("compute capability 9.x" in r
+               for r in _reasons(heads4, device_type="cpu", capability=None))  # fmt: skip
+    assert any("gluon_heads is built for Hopper" in r
+               for r in _reasons(heads4, capability=(10, 0)))  # fmt: skip
+    with pytest.raises(ValueError, match=r"tiling\.gluon_heads must be 0"):
+        Tiling(gluon_heads=-1)
+
+
+def test_the_launcher_refuses_the_interpreter_and_the_cpu(device: str) -> None:
+    if device == "cuda":
+        pytest.skip("the refusal is for the interpreter / CPU")
+    with pytest.raises(
+        ValueError, match=r"gluon_heads \(the Gluon heads attention\) runs compiled on a CUDA"
+    ):
+        run_stack(variant="heads", precision="fp16", mask_kind="none", causal=True,
+                  shape=(2, 16, 64, 4, 64, 2), tiling=Tiling(gluon_heads=2),
+                  device=device)  # fmt: skip
+
+
+def test_the_plan_knob_is_refused_off_heads_and_its_unused_tiles_forbidden() -> None:
+    from autotune.build import not_supported_reasons as plan_reasons
+    from autotune.core.device import DeviceInfo
+    from autotune.core.reference import TransformerConfig
+    from autotune.plan import Plan
+    from search_spaces.gpu import SPACE
+
+    h200 = DeviceInfo(type="cuda", name="H200", capability=(9, 0), total_memory=141 << 30)
+    config = TransformerConfig(8, 128, 128, 4, 128, 2)
+    base = {"attention": "triton", "attn_precision": "fp16", "gemm_precision": "fp16",
+            "attn_warps": 8, "attn_gluon": 4}  # fmt: skip
+    rows = Plan.from_dict(dict(base, fused_layer="rows"))
+    none = Plan.from_dict(dict(base, fused_layer="none"))
+    heads = Plan.from_dict(dict(base, fused_layer="heads"))
+    assert any("attn_gluon=4 replaces the heads attention" in r
+               for r in plan_reasons(rows, config, h200))  # fmt: skip
+    assert any("got fused_layer=none" in r and "attn_gluon" in r
+               for r in plan_reasons(none, config, h200))  # fmt: skip
+    assert not any("attn_gluon" in r or "gluon_heads" in r
+                   for r in plan_reasons(heads, config, h200))  # fmt: skip
+    with pytest.raises(ValueError, match="knob 'attn_gluon' has no value 3"):
+        Plan.from_dict(dict(base, attn_gluon=3))
+    forbidden = {
+        knob: tuple(rule["forbid"][knob])
+        for rule in SPACE["restrictions"]
+        if "forbid" in rule and "attn_gluon" in rule["forbid"]
+        for knob in rule["forbid"]
+        if knob != "attn_gluon"
+    }
+    # one setting of the Triton kernel's tiles and stages stands for all
+    assert forbidden == {
+        "pdl": (True,), "attn_block_m": (16, 32, 128), "attn_block_n": (32, 128),
+        "attn_stages": (1, 3),
+    }  # fmt: skip
+
+
+SHAPES = [
+    # (B, S, D, H, F, layers), mask, causal, attention warps, heads a program, next norm
+    ((3, 37, 64, 4, 64, 2), "holes", True, 4, 2, False),
+    ((3, 37, 64, 4, 64, 3), "right-padded", False, 4, 4, True),
+    ((2, 45, 128, 4, 128, 2), "none", True, 8, 1, True),
+    ((2, 128, 128, 4, 128, 2), "holes", True, 8, 4, False),
+    ((2, 128, 128, 2, 128, 2), "right-padded", True, 8, 1, True),  # head dim 64
+    ((2, 128, 128, 1, 128, 2), "right-padded", True, 8, 1, True),  # 128: one k, v buffer
+    ((4, 33, 32, 2, 32, 2), "right-padded", True, 4, 2, True),
+    ((4, 64, 32, 1, 32, 2), "holes", True, 4, 1, False),  # 64 keys, the tile's edge
+    # 300 sequences over at most 132 x 2 programs (several sequences a program)
+    ((300, 64, 128, 4, 128, 2), "right-padded", True, 4, 4, True),
+    ((300, 128, 128, 4, 128, 2), "holes", False, 8, 2, True),
+]
+
+
+@pytest.mark.parametrize("gluon_post", [False, True])
+@pytest.mark.parametrize(("shape", "mask_kind", "causal", "warps", "heads", "chain"), SHAPES)
+def test_gluon_heads_attention_matches_the_triton_kernel_and_the_rule(
+    shape, mask_kind, causal, warps, heads, chain, gluon_post, device
+) -> None:
+    """On Hopper: the heads stack with the Gluon attention within the rule of the reference
+    and close to the stack with the Triton heads kernel (fp16 operands both; one exact
+    softmax against its online one over key blocks), x never written."""
+    if device != "cuda":
+        pytest.skip("Gluon runs compiled on a CUDA device only (KERNELS_TEST_DEVICE=cuda)")
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("the Gluon heads attention is built for sm_90")
+    if gluon_post and shape[2] != shape[4]:
+        pytest.skip("the Gluon post rows takes d_model = ffn_dim")
+    kwargs = dict(variant="heads", precision="fp16", mask_kind=mask_kind, causal=causal,
+                  shape=shape, device=device, random_norms=True)  # fmt: skip
+    common = dict(block_m=32, block_n=32, num_warps=warps, row_block=64 if gluon_post else 16,
+                  row_warps=4, next_norm=chain, gluon_post=gluon_post)  # fmt: skip
+    triton_out, reference, _ = run_stack(**kwargs, tiling=Tiling(**common))
+    gluon_out, _, x_change = run_stack(**kwargs, tiling=Tiling(**common, gluon_heads=heads))
+    assert torch.isfinite(gluon_out).all()
+    report = compare(gluon_out, reference, PROJECT_RULE)
+    assert report.passed, report
+    # The same fp16 operands and fp32 accumulation; the softmax exact over one tile against
+    # the Triton kernel's online one over 32-key blocks (another rounding of p). A wrong
+    # head, mask or buffer is off by 0.1-1.
+    torch.testing.assert_close(gluon_out, triton_out, rtol=1e-2, atol=1e-2)
+    assert torch.count_nonzero(x_change) == 0
+
+
+def test_several_sequences_a_program_match_one_a_program(device) -> None:
+    """The persistent loop (k, v buffers by head parity across sequences, the next
+    sequence's rows copied during the last head) against one sequence a program."""
+    if device != "cuda" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Gluon runs compiled on a CUDA sm_90 device only (KERNELS_TEST_DEVICE=cuda)")
+    torch.manual_seed(3)
+    b, s, d, h = 7, 100, 128, 4
+    x = torch.randn(b, s, d, device="cuda")
+    normed = torch.nn.functional.layer_norm(x, (d,)).half()
+    wqkv = (torch.randn(3 * d, d, device="cuda") * d**-0.5).half()
+    bqkv = torch.randn(3 * d, device="cuda") * 0.1
+    mask = torch.rand(b, s, device="cuda") < 0.8
+    mask[:, 0] = True
+    mask_bytes = mask.to(torch.uint8)
+    norm1 = (torch.ones(d, device="cuda"), torch.zeros(d, device="cuda"))
+    outs = []
+    for max_programs in (0, 1, 2):  # every sequence its own program; all on 1; on 2
+        for heads in (1, 2, 4):
+            ctx = torch.full((b, s, d), float("nan"), device="cuda", dtype=torch.float16)
+            gluon_heads.launch_heads_attention_gluon(
+                x, normed, ctx, mask_bytes, norm1, wqkv, bqkv, num_heads=h, heads=heads,
+                causal=True, eps=1e-5, num_warps=8, max_programs=max_programs,
+            )  # fmt: skip
+            outs.append(ctx)
+    q, k, v = (normed.float() @ wqkv.float().T + bqkv).half().float().split(d, dim=-1)
+    q, k, v = (t.view(b, s, h, d // h).transpose(1, 2) for t in (q, k, v))
+    scores = (q @ k.transpose(-1, -2)) * (d // h) ** -0.5
+    allowed = torch.ones(s, s, device="cuda").tril().bool()[None] & mask[:, None, :]
+    scores = scores.masked_fill(~allowed[:, None], float("-inf"))
+    ref = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, d)
+    for out in outs:
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(out, outs[0], rtol=2e-3, atol=2e-3)
