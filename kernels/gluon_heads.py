@@ -126,13 +126,15 @@ if not GLUON_ERROR:
         NORMED: gl.constexpr, KV_BUFS: gl.constexpr,
         ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr, P_OP: gl.constexpr,
         SMEM_A: gl.constexpr, SMEM_W: gl.constexpr, SMEM_KV: gl.constexpr,
-        LOAD: gl.constexpr,
+        LOAD: gl.constexpr, STOP: gl.constexpr = 0,
     ):  # fmt: skip
         """The context ``[B, S, D]`` (fp16) of heads ``g * G .. g * G + G - 1`` for
         sequences ``s0, s0 + P / GROUPS, ...``: program ``pid`` owns group ``pid % GROUPS``
         and starts at sequence ``pid // GROUPS`` (the grid is a multiple of ``GROUPS``).
         ``wqkv`` the packed ``[3 D, D]`` fp16 weight, ``bqkv`` its fp32 bias; ``normed``
-        the LayerNorm1 rows (fp16, with ``NORMED``) or ``x`` the fp32 residual rows."""
+        the LayerNorm1 rows (fp16, with ``NORMED``) or ``x`` the fp32 residual rows.
+        ``STOP`` (debugging only) stores a stage in the head's context columns instead: 1 q,
+        2 k, 3 v (fp16, with their bias)."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         group = pid % GROUPS
@@ -194,6 +196,12 @@ if not GLUON_ERROR:
                 o = _attend(q, k_s.index(buf), v_s.index(buf), key_mask_ptr, b, seq_len,
                             qk_scale, BLOCK_S, HD, CAUSAL, HAS_KEY_MASK, ACC_H, ACC_S, Q_OP,
                             P_OP)  # fmt: skip
+                if STOP == 1:  # debugging (scripts/gluon_heads_debug.py): a projection
+                    o = q.to(gl.float32)
+                if STOP == 2:
+                    o = k.to(gl.float32)
+                if STOP == 3:
+                    o = v.to(gl.float32)
                 offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
                 offs_c = gl.arange(0, HD, layout=gl.SliceLayout(0, ACC_H))
                 rows_out = b.to(gl.int64) * seq_len + offs_r
@@ -328,12 +336,14 @@ def launch_heads_attention_gluon(
     eps: float,
     num_warps: int,
     max_programs: int = 0,
+    stop: int = 0,
 ) -> None:
     """Launch the kernel over ``x [B, S, D]``'s sequences into ``ctx`` (fp16 ``[B, S, D]``):
     ``normed`` the LayerNorm1 rows (fp16) or None (normalised here from ``x``);
     ``wqkv`` ``[3 D, D]`` fp16, ``bqkv`` ``[3 D]`` fp32. A persistent grid of the programs
     the SMs hold, a multiple of the head groups, at most one a (sequence, group); with
-    ``max_programs``, at most that many a group (debugging: several sequences a program)."""
+    ``max_programs``, at most that many a group (debugging: several sequences a program).
+    ``stop``: the kernel's ``STOP``."""
     from kernels import _triton
 
     batch, seq_len, d_model = x.shape
@@ -351,11 +361,11 @@ def launch_heads_attention_gluon(
         CAUSAL=bool(causal), HAS_KEY_MASK=mask_bytes is not None, NORMED=normed is not None,
         KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
         SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, LOAD=lay.load,
-        num_warps=num_warps,
+        STOP=stop, num_warps=num_warps,
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else gluon_rows._sm_count(x.device)
     key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,
-           mask_bytes is not None, normed is not None)  # fmt: skip
+           mask_bytes is not None, normed is not None, stop)  # fmt: skip
     per_sm = gluon_rows._programs_per_sm(
         key,
         lambda: _heads_attention_gluon_kernel.warmup(*args, grid=(groups,), **kwargs),

@@ -222,3 +222,51 @@ def test_several_sequences_a_program_match_one_a_program(device) -> None:
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(out, outs[0], rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_debug_scripts_references_agree_with_the_triton_heads_kernel(
+    broken: bool, device: str, monkeypatch
+) -> None:
+    """scripts/gluon_heads_debug.py's PyTorch context is what the next device session trusts
+    to find a fault in the Gluon kernel: it holds against the project's Triton heads kernel
+    (the interpreter, standing in for the Gluon launch), with normed rows and with x, masks,
+    causal and not; a kernel that drops the q bias is reported off."""
+    if device != "cpu":
+        pytest.skip("the stand-in runs under the interpreter")
+    import importlib.util
+
+    import triton
+
+    from kernels import layer
+    from kernels._common import gdc_mode
+    from tests.conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "gluon_heads_debug", ROOT / "scripts/gluon_heads_debug.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.DEVICE = "cpu"
+
+    def stand_in(x, normed, ctx, mask, norm1, wqkv, bqkv, *, num_heads, causal, eps, stop,
+                 **kw):  # type: ignore[no-untyped-def]  # fmt: skip
+        assert stop == 0 or broken  # the stages run only where the context is off
+        b, s, d = x.shape
+        hd = d // num_heads
+        bq = bqkv[:d] + (1.0 if broken else 0.0)
+        layer._heads_attention_kernel[(num_heads * triton.cdiv(s, 16), b)](
+            x, ctx, mask if mask is not None else x, *norm1, wqkv[:d], bq, wqkv[d : 2 * d],
+            bqkv[d : 2 * d], wqkv[2 * d :], bqkv[2 * d :], normed if normed is not None else x,
+            s, d, hd, triton.cdiv(s, 16), hd**-0.5 * 1.4426950408889634, eps,
+            CAUSAL=causal, HAS_KEY_MASK=mask is not None, BLOCK_M=16, BLOCK_N=16, BLOCK_D=d,
+            BLOCK_HD=hd, PREC_G="fp16", PREC_A="fp16", EMULATE_BF16_DOT=True,
+            USE_GDC=gdc_mode(False, "start"), NORMED=normed is not None,
+        )  # fmt: skip
+
+    monkeypatch.setattr(script, "launch_heads_attention_gluon", stand_in)
+    for normed_rows, mask, causal in ((True, False, True), (False, True, True),
+                                      (True, True, False)):  # fmt: skip
+        ok = script.run(3, 40, 32, 2, 1, 4, 0, normed_rows, mask, causal, 0)
+        assert ok is (not broken), (normed_rows, mask, causal)

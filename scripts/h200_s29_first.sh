@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Sessions 28 and 29 (no device lent either session): the first run of the two Gluon kernels.
+# - row_gluon (session 28, kernels/gluon_rows.py): the post rows of fused_layer=rows and
+#   heads, and rows' QKV rows, persistent with the layer's weights resident in shared memory.
+# - attn_gluon (session 29, kernels/gluon_heads.py): the heads attention, persistent, a group
+#   of heads' q, k, v weights resident, every key in one tile, five wgmma a head.
+# Both built and compiled offline only (Triton 3.6, sm_90; docs/kernels_h200.md, "Session
+# 28" and "Session 29", with the predictions). This call replaces scripts/h200_s28_gluon.sh
+# as the first one: the compiled kernel checks and GPU tests of both; where a kernel fails,
+# its debug sweep (scripts/gluon_rows_debug.py, scripts/gluon_heads_debug.py: which stage,
+# which rows and columns are off) and no profile of it; then case 6's, 2's and 1's kernel
+# profiles of the table's entry and the plans of the kernels that passed (one process a
+# case). Returned: s29_first.log. The next calls (README, "Next device calls") export.
+set -o pipefail
+source scripts/device_prelude.sh
+export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
+LOG="$OUT/s29_first.log"
+TOTAL=${TOTAL:-570}
+quiet() { grep -v -i warn | grep -v "retry =" | grep -v "leaked"; }
+step "kernels check (compiled): the Gluon layer checks (post rows, heads attention)"
+timeout 150 python3 -m autotune kernels check --match gluon 2>&1 | quiet \
+  | grep -E "FAIL|PASS|passed|failed" | tee -a "$LOG"
+timeout 150 python3 -m autotune kernels check --match gheads 2>&1 | quiet \
+  | grep -E "FAIL|PASS|passed|failed" | tee -a "$LOG"
+ok_rows=1
+ok_heads=1
+step "GPU tests: the Gluon post rows against the Triton kernel and the rule"
+KERNELS_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider \
+  tests/kernels/test_gluon_rows.py 2>&1 | tail -30 | tee -a "$LOG"
+[ "${PIPESTATUS[0]}" -eq 0 ] || ok_rows=0
+step "GPU tests: the Gluon heads attention against the Triton kernel and the rule"
+KERNELS_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider \
+  tests/kernels/test_gluon_heads.py 2>&1 | tail -30 | tee -a "$LOG"
+[ "${PIPESTATUS[0]}" -eq 0 ] || ok_heads=0
+echo "passed: post rows $ok_rows, heads attention $ok_heads" | tee -a "$LOG"
+if [ "$ok_rows" -eq 0 ] && fits 60 "post rows debug sweep"; then
+  step "the post rows fail: stage by stage"
+  timeout 90 python3 scripts/gluon_rows_debug.py 2>&1 | quiet | tee -a "$LOG" | tail -40
+fi
+if [ "$ok_heads" -eq 0 ] && fits 60 "heads debug sweep"; then
+  step "the heads attention fails: stage by stage"
+  timeout 90 python3 scripts/gluon_heads_debug.py 2>&1 | quiet | tee -a "$LOG" | tail -40
+fi
+[ "$ok_rows" -eq 1 ] || [ "$ok_heads" -eq 1 ] || { step "neither passed: no profiles"; exit 1; }
+python3 - <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
+import json
+from autotune.runtime import load_table
+t = load_table("tables/h200.py")
+for c in ("1", "6", "2"):
+    plan = next(e["plan"] for e in t.entries.values() if e.get("case") == c)
+    json.dump(plan, open(f"/tmp/s29_c{c}.json", "w"))
+PY
+# Per case: the entry, then the post rows' plan (session 28) where it passed, then the heads
+# plans (session 29, with the Gluon post rows: only where both passed; the Triton post rows
+# variant of case 6 where only the heads passed).
+plans_for() {
+  local c=$1 out="@/tmp/s29_c$c.json"
+  [ "$ok_rows" -eq 1 ] && out="$out $(ls docs/plans/s28/c${c}_gluon_w*.json | sed 's/^/@/' | xargs)"
+  if [ "$ok_heads" -eq 1 ]; then
+    case $c in
+      6) [ "$ok_rows" -eq 1 ] && out="$out @docs/plans/s29/c6_heads_gluon4.json"
+         out="$out @docs/plans/s29/c6_heads_gluon4_triton_post.json" ;;
+      2) [ "$ok_rows" -eq 1 ] && out="$out @docs/plans/s29/c2_heads_gluon1.json" ;;
+      1) [ "$ok_rows" -eq 1 ] && out="$out @docs/plans/s29/heads_gluon_g1.json @docs/plans/s29/heads_gluon_g2.json" ;;
+    esac
+  fi
+  echo "$out"
+}
+for c in 6 2 1; do
+  if fits 110 "case $c profile"; then
+    step "case $c kernel profile: $(plans_for $c)"
+    # shellcheck disable=SC2046
+    timeout 110 python3 scripts/kernel_profile.py --case "$c" --forwards 5 $(plans_for $c) \
+      2>&1 | quiet | tee -a "$LOG" | tail -40
+  fi
+done
+step "done"
