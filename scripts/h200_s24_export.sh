@@ -43,6 +43,13 @@ OVERLAYS=${OVERLAYS-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu
 # row warps; rows chained at 8), for heads and rows entries.
 G='"row_gluon": true, "row_stage": false, "row_fold_residual": false, "row_ffn_block": 0, "pdl": false, "row_block": 64, "row_qkv_stages": 0, "row_maxnreg": 0'
 [ "$OVERLAYS" = gluon ] && OVERLAYS="{$G};{$G, \"row_warps\": 8};{$G, \"row_next_qkv\": true, \"row_warps\": 8}"
+# Session 29: OVERLAYS=gheads names the Gluon heads attention's overlays of heads entries
+# (attn_gluon at 1, 2 and 4 heads a program, where they divide the heads and the head dim is
+# 16-128; the Triton heads kernel's tiles and stages at one setting, as the space asks; the
+# attention's warps as the sequence needs: 4 up to 64 tokens, else 8), alone and with the
+# Gluon post rows.
+A='"attn_block_m": 64, "attn_block_n": 64, "attn_stages": 2, "pdl": false, "attn_warps": "fit"'
+[ "$OVERLAYS" = gheads ] && OVERLAYS="{$A, \"attn_gluon\": 1};{$A, \"attn_gluon\": 2};{$A, \"attn_gluon\": 4};{$A, $G, \"attn_gluon\": 1, \"row_warps\": 8};{$A, $G, \"attn_gluon\": 2, \"row_warps\": 8};{$A, $G, \"attn_gluon\": 4}"
 LOG="$OUT/s24_export.log"
 TOTAL=${TOTAL:-560}
 left() { echo $(( TOTAL - SECONDS )); }
@@ -85,6 +92,14 @@ for c in sys.argv[1].split(","):
             entry.get("fused_layer") not in ("heads", "rows") or entry.get("row_attn_post")
         ):
             continue  # session 28: the Gluon kernel replaces the heads / rows post rows
+        if over.get("attn_gluon") and (
+            entry.get("fused_layer") != "heads"
+            or config.num_heads % over["attn_gluon"]
+            or config.head_dim not in (16, 32, 64, 128)
+        ):
+            continue  # session 29: the Gluon heads attention's groups and head dims
+        if over.get("attn_warps") == "fit":  # 64 rows a warpgroup: every key in one tile
+            over = dict(over, attn_warps=4 if config.seq_len <= 64 else 8)
         if over.get("row_next_qkv") and entry.get("fused_layer") != "rows":
             continue  # the rows chain
         if (

@@ -5,9 +5,9 @@
 # - attn_gluon (session 29, kernels/gluon_heads.py): the heads attention, persistent, a group
 #   of heads' q, k, v weights resident, every key in one tile, five wgmma a head.
 # Both built and compiled offline only (Triton 3.6, sm_90; docs/kernels_h200.md, "Session
-# 28" and "Session 29", with the predictions). This call replaces scripts/h200_s28_gluon.sh
-# as the first one: the compiled kernel checks and GPU tests of both; where a kernel fails,
-# its debug sweep (scripts/gluon_rows_debug.py, scripts/gluon_heads_debug.py: which stage,
+# 28" and "Session 29", with the predictions). This call replaced session 28's
+# scripts/h200_s28_gluon.sh as the first one: the compiled kernel checks and GPU tests of
+# both; where a kernel fails, its debug sweep (scripts/gluon_rows_debug.py, scripts/gluon_heads_debug.py: which stage,
 # which rows and columns are off) and no profile of it; then case 6's, 2's and 1's kernel
 # profiles of the table's entry and the plans of the kernels that passed (one process a
 # case). Returned: s29_first.log. The next calls (README, "Next device calls") export.
