@@ -57,7 +57,8 @@ if not GLUON_ERROR:
     )
 
 SUPPORTED_D_MODELS = gluon_rows.SUPPORTED_D_MODELS
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128)  # wgmma: K a multiple of 16 (the scores' K is hd)
+# wgmma's K is a multiple of 16 (the scores' K is the head dim): heads of 8 go in pairs
+SUPPORTED_HEAD_DIMS = (8, 16, 32, 64, 128)
 WARPGROUP_ROWS = 64  # one warpgroup's wgmma rows: a program's key tile is 64 a warpgroup
 SMEM_LIMIT = gluon_rows.SMEM_LIMIT
 
@@ -121,48 +122,52 @@ if not GLUON_ERROR:
     def _heads_attention_gluon_kernel(
         x_ptr, normed_ptr, ctx_ptr, key_mask_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr,
         batch, seq_len, qk_scale, eps,
-        D: gl.constexpr, HD: gl.constexpr, G: gl.constexpr, GROUPS: gl.constexpr,
-        BLOCK_S: gl.constexpr, CAUSAL: gl.constexpr, HAS_KEY_MASK: gl.constexpr,
-        NORMED: gl.constexpr, KV_BUFS: gl.constexpr,
+        D: gl.constexpr, HD: gl.constexpr, PAIR: gl.constexpr, G: gl.constexpr,
+        GROUPS: gl.constexpr, BLOCK_S: gl.constexpr, CAUSAL: gl.constexpr,
+        HAS_KEY_MASK: gl.constexpr, NORMED: gl.constexpr, KV_BUFS: gl.constexpr,
         ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr, P_OP: gl.constexpr,
         SMEM_A: gl.constexpr, SMEM_W: gl.constexpr, SMEM_KV: gl.constexpr,
-        LOAD: gl.constexpr, STOP: gl.constexpr = 0,
+        LOAD: gl.constexpr, LOAD_W: gl.constexpr, STOP: gl.constexpr = 0,
     ):  # fmt: skip
         """The context ``[B, S, D]`` (fp16) of heads ``g * G .. g * G + G - 1`` for
         sequences ``s0, s0 + P / GROUPS, ...``: program ``pid`` owns group ``pid % GROUPS``
         and starts at sequence ``pid // GROUPS`` (the grid is a multiple of ``GROUPS``).
         ``wqkv`` the packed ``[3 D, D]`` fp16 weight, ``bqkv`` its fp32 bias; ``normed``
         the LayerNorm1 rows (fp16, with ``NORMED``) or ``x`` the fp32 residual rows.
-        ``STOP`` (debugging only) stores a stage in the head's context columns instead: 1 q,
-        2 k, 3 v (fp16, with their bias)."""
+        Heads go in slots of ``PAIR`` heads (``PAIR * HD`` columns): with head dim 8 two a
+        slot, 16 columns, wgmma's smallest reduction for the scores; each head's scores take
+        the slot's q with the other head's columns zeroed (the same sums), its context the
+        slot's v, of which it stores its own columns. ``STOP`` (debugging only) stores a
+        stage in the head's context columns instead: 1 q, 2 k, 3 v (fp16, with their bias)."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         group = pid % GROUPS
         step = nprog // GROUPS
         first = pid // GROUPS
-        GH: gl.constexpr = G * HD  # the group's columns of q, k, v and of the context
-        col0 = group * GH
+        SW: gl.constexpr = PAIR * HD  # a slot's columns of q, k, v and of the context
+        SLOTS: gl.constexpr = G // PAIR
+        col0 = group * (G * HD)  # the group's first column
 
-        wq_s = gl.allocate_shared_memory(gl.float16, [G, HD, D], SMEM_W)
-        wk_s = gl.allocate_shared_memory(gl.float16, [G, HD, D], SMEM_W)
-        wv_s = gl.allocate_shared_memory(gl.float16, [G, HD, D], SMEM_W)
+        wq_s = gl.allocate_shared_memory(gl.float16, [SLOTS, SW, D], SMEM_W)
+        wk_s = gl.allocate_shared_memory(gl.float16, [SLOTS, SW, D], SMEM_W)
+        wv_s = gl.allocate_shared_memory(gl.float16, [SLOTS, SW, D], SMEM_W)
         a_s = gl.allocate_shared_memory(gl.float16, [BLOCK_S, D], SMEM_A)
-        k_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, HD], SMEM_KV)
-        v_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, HD], SMEM_KV)
+        k_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
+        v_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
         # One commit group: the weights (and the first sequence's rows); each sequence's
         # rows after that are a group of their own, the only one in flight.
-        for g in gl.static_range(G):  # each head's [hd, D] rows of Wq, Wk, Wv
-            head_w = wqkv_ptr + (col0 + g * HD) * D
-            _copy_weight(wq_s.index(g), head_w, HD, D, LOAD)
-            _copy_weight(wk_s.index(g), head_w + D * D, HD, D, LOAD)
-            _copy_weight(wv_s.index(g), head_w + 2 * D * D, HD, D, LOAD)
+        for w in gl.static_range(SLOTS):  # each slot's [SW, D] rows of Wq, Wk, Wv
+            slot_w = wqkv_ptr + (col0 + w * SW) * D
+            _copy_weight(wq_s.index(w), slot_w, SW, D, LOAD_W)
+            _copy_weight(wk_s.index(w), slot_w + D * D, SW, D, LOAD_W)
+            _copy_weight(wv_s.index(w), slot_w + 2 * D * D, SW, D, LOAD_W)
         if NORMED:
             _copy_rows(a_s, normed_ptr, first, batch, seq_len, D, BLOCK_S, LOAD)
         async_copy.commit_group()
 
         offs_ls = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, LOAD))
         offs_ld = gl.arange(0, D, layout=gl.SliceLayout(0, LOAD))
-        count = 0  # heads done by this program: the k, v buffer's parity
+        count = 0  # slots done by this program: the k, v buffer's parity
         for b in range(first, batch, step):
             if not NORMED:  # the first layer: LayerNorm1 of the residual rows, here
                 rows = b.to(gl.int64) * seq_len + offs_ls
@@ -172,46 +177,49 @@ if not GLUON_ERROR:
                 a_s.store(_layernorm(x, n1w_ptr, n1b_ptr, offs_ld, D, eps).to(gl.float16))
             async_copy.wait_group(0)  # the weights (first) and this sequence's rows
             _copies_visible()  # (the fence also orders the stores above before wgmma)
-            for h in range(G):
+            for t in range(SLOTS):
                 # A loop, not unrolled: unrolled over 4 heads it spilled 664 B a thread
                 # (offline, Triton 3.6, case 6), 203 registers and no spills as a loop.
-                buf = (count + h) % KV_BUFS
-                offs_h = gl.arange(0, HD, layout=gl.SliceLayout(0, ACC_H))
-                zeros_h = gl.zeros([BLOCK_S, HD], gl.float32, ACC_H)
-                q = _head_projection(a_s, wq_s.index(h), bqkv_ptr + col0 + h * HD,
-                                     offs_h, zeros_h)  # fmt: skip
-                k = _head_projection(a_s, wk_s.index(h),
-                                     bqkv_ptr + D + col0 + h * HD, offs_h, zeros_h)  # fmt: skip
-                v = _head_projection(a_s, wv_s.index(h),
-                                     bqkv_ptr + 2 * D + col0 + h * HD, offs_h, zeros_h)  # fmt: skip
+                buf = (count + t) % KV_BUFS
+                c0 = col0 + t * SW  # the slot's first column
+                offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
+                zeros_h = gl.zeros([BLOCK_S, SW], gl.float32, ACC_H)
+                q = _head_projection(a_s, wq_s.index(t), bqkv_ptr + c0, offs_h, zeros_h)
+                k = _head_projection(a_s, wk_s.index(t), bqkv_ptr + D + c0, offs_h, zeros_h)
+                v = _head_projection(a_s, wv_s.index(t), bqkv_ptr + 2 * D + c0, offs_h,
+                                     zeros_h)  # fmt: skip
                 k_s.index(buf).store(k)
                 v_s.index(buf).store(v)
-                # Every warp's k, v stored (and, with one buffer or at the last head, every
+                # Every warp's k, v stored (and, with one buffer or at the last slot, every
                 # warp's reads of the rows done) before anyone's wgmma reads them.
                 fence_async_shared()
                 _cta_barrier()
-                if NORMED and h == G - 1:  # the rows are free: the next sequence's copies
+                if NORMED and t == SLOTS - 1:  # the rows are free: the next sequence's
                     _copy_rows(a_s, normed_ptr, b + step, batch, seq_len, D, BLOCK_S, LOAD)
-                async_copy.commit_group()  # (an empty group at the other heads)
-                o = _attend(q, k_s.index(buf), v_s.index(buf), key_mask_ptr, b, seq_len,
-                            qk_scale, BLOCK_S, HD, CAUSAL, HAS_KEY_MASK, ACC_H, ACC_S, Q_OP,
-                            P_OP)  # fmt: skip
-                if STOP == 1:  # debugging (scripts/gluon_heads_debug.py): a projection
-                    o = q.to(gl.float32)
-                if STOP == 2:
-                    o = k.to(gl.float32)
-                if STOP == 3:
-                    o = v.to(gl.float32)
-                offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
-                offs_c = gl.arange(0, HD, layout=gl.SliceLayout(0, ACC_H))
-                rows_out = b.to(gl.int64) * seq_len + offs_r
-                ptrs = (ctx_ptr + gl.expand_dims(rows_out, 1) * D
-                        + gl.expand_dims(col0 + h * HD + offs_c, 0))  # fmt: skip
-                ok_out = gl.expand_dims(offs_r < seq_len, 1) & gl.expand_dims(offs_c < HD, 0)
-                gl.store(ptrs, o.to(gl.float16), mask=ok_out)
-                if KV_BUFS == 1:  # every warp done with k, v before the next head's stores
+                async_copy.commit_group()  # (an empty group at the other slots)
+                for j in gl.static_range(PAIR):
+                    mine = gl.expand_dims(offs_h // HD == j, 0)  # head j's columns of the slot
+                    qj = q
+                    if PAIR > 1:  # the other head's q columns zeroed: head j's scores
+                        qj = gl.where(mine, q, 0.0)
+                    o = _attend(qj, k_s.index(buf), v_s.index(buf), key_mask_ptr, b, seq_len,
+                                qk_scale, BLOCK_S, SW, CAUSAL, HAS_KEY_MASK, ACC_H, ACC_S,
+                                Q_OP, P_OP)  # fmt: skip
+                    if STOP == 1:  # debugging (scripts/gluon_heads_debug.py): a projection
+                        o = q.to(gl.float32)
+                    if STOP == 2:
+                        o = k.to(gl.float32)
+                    if STOP == 3:
+                        o = v.to(gl.float32)
+                    offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
+                    rows_out = b.to(gl.int64) * seq_len + offs_r
+                    ptrs = (ctx_ptr + gl.expand_dims(rows_out, 1) * D
+                            + gl.expand_dims(c0 + offs_h, 0))  # fmt: skip
+                    ok_out = gl.expand_dims(offs_r < seq_len, 1) & mine
+                    gl.store(ptrs, o.to(gl.float16), mask=ok_out)
+                if KV_BUFS == 1:  # every warp done with k, v before the next slot's stores
                     _cta_barrier()
-            count += G
+            count += SLOTS
         async_copy.wait_group(0)  # the last, empty, copies
 
 
@@ -219,14 +227,15 @@ if not GLUON_ERROR:
 class GluonHeadsLayouts:
     """The kernel's layouts (constexpr arguments) for a width, head dim and warp count."""
 
-    acc_h: object  # q, k, v and the context: [S, hd]
+    acc_h: object  # q, k, v and the context: [S, slot columns]
     acc_s: object  # the scores: [S, S]
     q_op: object  # q as the scores' A operand
     p_op: object  # the probabilities as the context's A operand
     smem_a: object
     smem_w: object
     smem_kv: object
-    load: object
+    load: object  # the sequence's rows [S, D]: 16-byte copies
+    load_w: object  # a slot's weight rows [slot columns, D]
 
 
 def block_s(num_warps: int) -> int:
@@ -234,34 +243,54 @@ def block_s(num_warps: int) -> int:
     return WARPGROUP_ROWS * (num_warps // 4)
 
 
+def slot_width(head_dim: int) -> int:
+    """A slot's columns: the head dim, or two heads of 8 (wgmma's smallest K is 16)."""
+    return max(head_dim, 16)
+
+
+def copy_layout(rows: int, cols: int, num_warps: int) -> tuple[int, int, int]:
+    """``(vector, threads along a row, rows spanned)`` of the copies of a ``[rows, cols]``
+    fp16 tile by ``num_warps`` warps, warps on the rows: 16-byte vectors, narrower where
+    the tile has fewer than 8 halves a thread (so no two threads copy one element)."""
+    vec = 8
+    while vec > 1 and rows * cols < vec * 32 * num_warps:
+        vec //= 2
+    along = min(32, cols // vec)
+    return vec, along, (32 // along) * num_warps
+
+
+def _blocked(rows: int, cols: int, num_warps: int) -> object:
+    vec, along, _ = copy_layout(rows, cols, num_warps)
+    return gl.BlockedLayout(
+        size_per_thread=[1, vec],
+        threads_per_warp=[32 // along, along],
+        warps_per_cta=[num_warps, 1],
+        order=[1, 0],
+    )
+
+
 def gluon_heads_layouts(d_model: int, head_dim: int, num_warps: int) -> GluonHeadsLayouts:
     """wgmma accumulators with the warpgroups stacked on the rows (so the accumulator to
     A-operand conversions stay in registers), 128-byte swizzled (or a row wide) shared
-    layouts, and the 16-byte copy layout of ``kernels.gluon_rows``."""
-    bs = block_s(num_warps)
+    layouts, and copy layouts of 16-byte vectors (narrower for a small weight slot)."""
+    bs, sw = block_s(num_warps), slot_width(head_dim)
 
     def acc(n: int) -> object:
         return gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, n, 16]
         )
 
-    acc_h, acc_s = acc(head_dim), acc(bs)
-    cols = d_model // 8
-    load = gl.BlockedLayout(
-        size_per_thread=[1, 8],
-        threads_per_warp=[32 // cols, cols],
-        warps_per_cta=[num_warps, 1],
-        order=[1, 0],
-    )
+    acc_h, acc_s = acc(sw), acc(bs)
     return GluonHeadsLayouts(
         acc_h=acc_h,
         acc_s=acc_s,
         q_op=gl.DotOperandLayout(operand_index=0, parent=acc_s, k_width=2),
         p_op=gl.DotOperandLayout(operand_index=0, parent=acc_h, k_width=2),
         smem_a=gl.NVMMASharedLayout.get_default_for([bs, d_model], gl.float16),
-        smem_w=gl.NVMMASharedLayout.get_default_for([head_dim, d_model], gl.float16),
-        smem_kv=gl.NVMMASharedLayout.get_default_for([bs, head_dim], gl.float16),
-        load=load,
+        smem_w=gl.NVMMASharedLayout.get_default_for([sw, d_model], gl.float16),
+        smem_kv=gl.NVMMASharedLayout.get_default_for([bs, sw], gl.float16),
+        load=_blocked(bs, d_model, num_warps),
+        load_w=_blocked(sw, d_model, num_warps),
     )
 
 
@@ -275,10 +304,10 @@ def gluon_heads_shared_bytes(
     d_model: int, head_dim: int, heads: int, num_warps: int, kv_bufs: int = 0
 ) -> int:
     """Shared memory a program holds: the group's q, k, v weight rows, the sequence's rows,
-    and the k, v buffers, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks)."""
-    bs = block_s(num_warps)
+    and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks)."""
+    bs, sw = block_s(num_warps), slot_width(head_dim)
     kv_bufs = kv_bufs or kv_buffers(d_model, head_dim, heads, num_warps)
-    return 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * head_dim)
+    return 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * sw)
 
 
 def gluon_heads_problems(
@@ -293,10 +322,15 @@ def gluon_heads_problems(
     if head_dim not in SUPPORTED_HEAD_DIMS:
         out.append(
             f"head_dim {head_dim or 'undefined'} is not one of {SUPPORTED_HEAD_DIMS} "
-            "(wgmma's reduction over the head dim takes multiples of 16)"
+            "(wgmma's reduction over the head dim takes multiples of 16; 8 goes in pairs)"
         )
     if heads < 1 or num_heads % heads:
         out.append(f"{heads} heads a program does not divide num_heads={num_heads}")
+    elif head_dim in SUPPORTED_HEAD_DIMS and heads % (slot_width(head_dim) // head_dim):
+        out.append(
+            f"head dim {head_dim} runs in pairs of heads (16 columns, wgmma's smallest "
+            f"reduction): take an even number of heads a program, not {heads}"
+        )
     for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
         if value != "fp16":
             out.append(f"{name} {value!r} is not 'fp16'")
@@ -309,11 +343,12 @@ def gluon_heads_problems(
         )
     if out:
         return out
-    cover = (32 // (d_model // 8)) * num_warps  # rows the copy layout spans
-    if head_dim < cover:
+    sw = slot_width(head_dim)
+    cover = copy_layout(sw, d_model, num_warps)[2]  # rows the weight copies span
+    if sw < cover:
         out.append(
-            f"a head's {head_dim} weight rows are fewer than the {cover} rows the copies of "
-            f"{num_warps} warps span at d_model {d_model}; use 4 attention warps or fewer heads"
+            f"a slot's {sw} weight rows are fewer than the {cover} rows the copies of "
+            f"{num_warps} warps span at d_model {d_model}; use 4 attention warps"
         )
     need = gluon_heads_shared_bytes(d_model, head_dim, heads, num_warps)
     if need > SMEM_LIMIT:
@@ -357,11 +392,12 @@ def launch_heads_attention_gluon(
         batch, seq_len, head_dim**-0.5 * 1.4426950408889634, eps,
     )  # fmt: skip
     kwargs = dict(
-        D=d_model, HD=head_dim, G=heads, GROUPS=groups, BLOCK_S=block_s(num_warps),
+        D=d_model, HD=head_dim, PAIR=slot_width(head_dim) // head_dim, G=heads,
+        GROUPS=groups, BLOCK_S=block_s(num_warps),
         CAUSAL=bool(causal), HAS_KEY_MASK=mask_bytes is not None, NORMED=normed is not None,
         KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
         SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, LOAD=lay.load,
-        STOP=stop, num_warps=num_warps,
+        LOAD_W=lay.load_w, STOP=stop, num_warps=num_warps,
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else gluon_rows._sm_count(x.device)
     key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,

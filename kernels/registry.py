@@ -442,12 +442,13 @@ def _run_layer(
     (last of all): the Gluon post rows (``kernels.gluon_rows``, 4 or 8 row warps; compiled
     on sm_90 only), at ``GLUON_LAYER_SHAPE``; "gheads" (after everything): the Gluon heads
     attention (``kernels.gluon_heads``, 2 heads a program, 4 warps; compiled on sm_90 only),
-    at that shape too."""
+    at that shape too; "gheads8": 8 heads of 8 (in pairs), 4 a program."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 
-    gluon_heads = 2 if padding.endswith("gheads") else 0
-    padding = padding.removesuffix("gheads").removesuffix("-")
+    pairs = padding.endswith("gheads8")  # 8 heads of 8: the kernel's pairs of heads
+    gluon_heads = 4 if pairs else 2 if padding.endswith("gheads") else 0
+    padding = padding.removesuffix("8" if pairs else "").removesuffix("gheads").removesuffix("-")
     gluon_warps = 8 if padding.endswith("gluon8") else 4 if padding.endswith("gluon") else 0
     padding = padding.removesuffix("8").removesuffix("gluon") if gluon_warps else padding
     padding = padding.removesuffix("-")
@@ -471,6 +472,8 @@ def _run_layer(
 
     gluon_shape = gluon_warps or gluon_heads
     shape = dict(GLUON_LAYER_SHAPE if gluon_shape else LAYER_SHAPE, causal=causal)
+    if pairs:
+        shape["num_heads"] = 8
     b, s, d = shape["batch_size"], shape["seq_len"], shape["d_model"]
     torch.manual_seed(12)
     model = reference(**shape).to(device).eval()
@@ -695,9 +698,12 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             ("heads", "fp16", "padded-chain-gheads", True),
             ("heads", "fp16", "padded-chain-gluon-gheads", True),
             ("heads", "fp16", "gheads", False),
+            ("heads", "fp16", "masked-chain-gluon-gheads8", True),
         )
     for variant, precision, padding, causal in layer_cases if reference else ():
-        dims = "D64-H4" if "gluon" in padding or "gheads" in padding else "D40-H5"
+        dims = "D40-H5"
+        if "gluon" in padding or "gheads" in padding:
+            dims = "D64-H8" if padding.endswith("gheads8") else "D64-H4"
         name = f"layer/{variant}/2-layers/B3-S21-{dims}/{precision}" + (
             f"/{padding}" if padding else ""
         )

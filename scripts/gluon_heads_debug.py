@@ -116,8 +116,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=0, help="sequences (0: sweep 3 and 300)")
     p.add_argument("--seq", type=int, default=0, help="tokens a sequence (0: sweep)")
     p.add_argument("--d", type=int, default=128, help="d_model (32, 64, 128)")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--group", type=int, default=0, help="heads a program (0: 1 and all)")
+    p.add_argument("--heads", type=int, default=0, help="0: sweep 4 (of 32) and 16 (of 8)")
+    p.add_argument("--group", type=int, default=0, help="heads a program (0: fewest and all)")
     p.add_argument("--warps", type=int, default=0, help="4 or 8 (0: as the sequence needs)")
     p.add_argument("--programs", type=int, default=-1, help="a group's programs (0: all)")
     p.add_argument("--x", action="store_true", help="normalise x in the kernel (first layer)")
@@ -131,18 +131,30 @@ def main() -> int:
     sweep = a.seq == 0
     batches = [a.batch] if a.batch else [3, 300]
     seqs = [a.seq] if a.seq else [45, 128]
-    groups = [a.group] if a.group else sorted({1, a.heads})
+    heads = [a.heads] if a.heads else [4, 16]
     programs = [a.programs] if a.programs >= 0 else [0, 2]
     ok = True
-    for b, s, grp, n in itertools.product(batches, seqs, groups, programs):
+    for h, b, s, n in itertools.product(heads, batches, seqs, programs):
+        fewest = 2 if a.d // h == 8 else 1  # heads of 8 go in pairs
+        groups = [a.group] if a.group else sorted({fewest, h})
         warps = a.warps or (4 if s <= 64 else 8)
-        flags = [(not a.x, a.mask, not a.noncausal)]
-        if sweep:  # normed rows and x, masks, causal and not
-            flags = [(True, False, True), (False, True, True), (True, True, False)]
-        for normed_rows, mask, causal in flags:
-            ok &= run(b, s, a.d, a.heads, grp, warps, n, normed_rows, mask, causal, a.seed)
+        for grp in groups:
+            ok &= sweep_flags(a, sweep, b, s, h, grp, warps, n)
     print("all stages within 1e-2" if ok else "SOME STAGES OFF (see above)")
     return 0 if ok else 1
+
+
+def sweep_flags(a: argparse.Namespace, sweep: bool, b: int, s: int, h: int, grp: int,
+                warps: int, n: int) -> bool:  # fmt: skip
+    """The configuration with the command line's flags, or (the sweep) with normed rows and
+    x, masks, causal and not."""
+    ok = True
+    flags = [(not a.x, a.mask, not a.noncausal)]
+    if sweep:
+        flags = [(True, False, True), (False, True, True), (True, True, False)]
+    for normed_rows, mask, causal in flags:
+        ok &= run(b, s, a.d, h, grp, warps, n, normed_rows, mask, causal, a.seed)
+    return ok
 
 
 if __name__ == "__main__":

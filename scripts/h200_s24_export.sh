@@ -45,9 +45,9 @@ G='"row_gluon": true, "row_stage": false, "row_fold_residual": false, "row_ffn_b
 [ "$OVERLAYS" = gluon ] && OVERLAYS="{$G};{$G, \"row_warps\": 8};{$G, \"row_next_qkv\": true, \"row_warps\": 8}"
 # Session 29: OVERLAYS=gheads names the Gluon heads attention's overlays of heads entries
 # (attn_gluon at 1, 2 and 4 heads a program, where they divide the heads and the head dim is
-# 16-128; the Triton heads kernel's tiles and stages at one setting, as the space asks; the
-# attention's warps as the sequence needs: 4 up to 64 tokens, else 8), alone and with the
-# Gluon post rows.
+# 8-128, heads of 8 in pairs; the Triton heads kernel's tiles and stages at one setting, as
+# the space asks; the attention's warps as the sequence needs: 4 up to 64 tokens, else 8),
+# alone and with the Gluon post rows.
 A='"attn_block_m": 64, "attn_block_n": 64, "attn_stages": 2, "pdl": false, "attn_warps": "fit"'
 [ "$OVERLAYS" = gheads ] && OVERLAYS="{$A, \"attn_gluon\": 1};{$A, \"attn_gluon\": 2};{$A, \"attn_gluon\": 4};{$A, $G, \"attn_gluon\": 1, \"row_warps\": 8};{$A, $G, \"attn_gluon\": 2, \"row_warps\": 8};{$A, $G, \"attn_gluon\": 4}"
 LOG="$OUT/s24_export.log"
@@ -95,7 +95,8 @@ for c in sys.argv[1].split(","):
         if over.get("attn_gluon") and (
             entry.get("fused_layer") != "heads"
             or config.num_heads % over["attn_gluon"]
-            or config.head_dim not in (16, 32, 64, 128)
+            or config.head_dim not in (8, 16, 32, 64, 128)
+            or (config.head_dim == 8 and over["attn_gluon"] % 2)  # heads of 8 in pairs
         ):
             continue  # session 29: the Gluon heads attention's groups and head dims
         if over.get("attn_warps") == "fit":  # 64 rows a warpgroup: every key in one tile

@@ -44,20 +44,35 @@ def _problems(**changes) -> list[str]:
 def test_the_shapes_and_settings_it_takes_and_why_not() -> None:
     assert _problems() == []
     assert _problems(seq_len=32, num_warps=4, heads=1) == []  # case 12's shape
+    assert _problems(num_heads=16, heads=2) == []  # case 11's: heads of 8 in pairs
+    assert _problems(d_model=32, num_heads=4, heads=2) == []  # case 7's
     cases = {
         "d_model 96 is not one of (32, 64, 128)": dict(d_model=96, num_heads=6, heads=1),
-        "head_dim 8 is not one of (16, 32, 64, 128)": dict(num_heads=16, heads=4),
+        "head_dim 4 is not one of (8, 16, 32, 64, 128)": dict(num_heads=32, heads=4),
+        "head dim 8 runs in pairs of heads": dict(num_heads=16, heads=1),
         "3 heads a program does not divide num_heads=4": dict(heads=3),
         "gemm_precision 'bf16' is not 'fp16'": dict(gemm_precision="bf16"),
         "attn_precision 'ieee' is not 'fp16'": dict(attn_precision="ieee"),
         "2 attention warps": dict(num_warps=2),
         "seq_len 129 > 128": dict(seq_len=129),
         "seq_len 65 > 64": dict(seq_len=65, num_warps=4),
-        # a head's 16 rows of a 64-wide weight against the 32 rows 8 warps' copies span
-        "a head's 16 weight rows are fewer than the 32 rows": dict(d_model=64, heads=2),
     }
     for why, changes in cases.items():
         assert any(why in p for p in _problems(**changes)), (why, _problems(**changes))
+
+
+def test_copy_layouts_never_copy_an_element_twice() -> None:
+    """16-byte vectors where the tile holds 8 halves a thread or more, narrower below, and
+    the rows the copies span never more than the tile's (two threads writing one element
+    of a slot's weights with 8 warps was the first layout's refusal)."""
+    assert gluon_heads.copy_layout(128, 128, 8) == (8, 16, 16)  # a sequence's rows
+    assert gluon_heads.copy_layout(16, 64, 8) == (4, 16, 16)  # a slot of 16 at D 64
+    assert gluon_heads.copy_layout(16, 32, 8) == (2, 16, 16)  # case 7's slot
+    for d in (32, 64, 128):
+        for sw in (16, 32, 64, 128):
+            for warps in (4, 8):
+                vec, along, span = gluon_heads.copy_layout(sw, d, warps)
+                assert span <= sw and along * vec <= d and vec * 32 * warps <= sw * d
 
 
 def test_shared_memory_and_the_kv_buffers() -> None:
@@ -152,6 +167,9 @@ SHAPES = [
     ((2, 128, 128, 1, 128, 2), "right-padded", True, 8, 1, True),  # 128: one k, v buffer
     ((4, 33, 32, 2, 32, 2), "right-padded", True, 4, 2, True),
     ((4, 64, 32, 1, 32, 2), "holes", True, 4, 1, False),  # 64 keys, the tile's edge
+    ((3, 128, 128, 16, 128, 2), "holes", True, 8, 4, True),  # heads of 8 in pairs (case 11)
+    ((3, 100, 128, 16, 128, 2), "right-padded", True, 8, 16, False),
+    ((4, 128, 32, 4, 32, 2), "right-padded", True, 8, 2, True),  # D 32, heads of 8 (case 7)
     # 300 sequences over at most 132 x 2 programs (several sequences a program)
     ((300, 64, 128, 4, 128, 2), "right-padded", True, 4, 4, True),
     ((300, 128, 128, 4, 128, 2), "holes", False, 8, 2, True),
@@ -193,8 +211,13 @@ def test_several_sequences_a_program_match_one_a_program(device) -> None:
     sequence's rows copied during the last head) against one sequence a program."""
     if device != "cuda" or torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("Gluon runs compiled on a CUDA sm_90 device only (KERNELS_TEST_DEVICE=cuda)")
+    for h, groups in ((4, (1, 2, 4)), (16, (2, 16))):  # heads of 32; of 8, in pairs
+        _several_sequences_a_program(h, groups)
+
+
+def _several_sequences_a_program(h: int, groups: tuple[int, ...]) -> None:
     torch.manual_seed(3)
-    b, s, d, h = 7, 100, 128, 4
+    b, s, d = 7, 100, 128
     x = torch.randn(b, s, d, device="cuda")
     normed = torch.nn.functional.layer_norm(x, (d,)).half()
     wqkv = (torch.randn(3 * d, d, device="cuda") * d**-0.5).half()
@@ -205,7 +228,7 @@ def test_several_sequences_a_program_match_one_a_program(device) -> None:
     norm1 = (torch.ones(d, device="cuda"), torch.zeros(d, device="cuda"))
     outs = []
     for max_programs in (0, 1, 2):  # every sequence its own program; all on 1; on 2
-        for heads in (1, 2, 4):
+        for heads in groups:
             ctx = torch.full((b, s, d), float("nan"), device="cuda", dtype=torch.float16)
             gluon_heads.launch_heads_attention_gluon(
                 x, normed, ctx, mask_bytes, norm1, wqkv, bqkv, num_heads=h, heads=heads,
@@ -270,3 +293,5 @@ def test_the_debug_scripts_references_agree_with_the_triton_heads_kernel(
                                       (True, True, False)):  # fmt: skip
         ok = script.run(3, 40, 32, 2, 1, 4, 0, normed_rows, mask, causal, 0)
         assert ok is (not broken), (normed_rows, mask, causal)
+    # heads of 8 (the Gluon kernel's pairs; the Triton kernel's own head dim)
+    assert script.run(3, 40, 32, 4, 2, 4, 0, True, True, True, 0) is (not broken)
