@@ -405,7 +405,6 @@ def launch_heads_attention_gluon(
     per_sm = gluon_rows._programs_per_sm(
         key,
         lambda: _heads_attention_gluon_kernel.warmup(*args, grid=(groups,), **kwargs),
-        gluon_heads_shared_bytes(d_model, head_dim, heads, num_warps, kv_bufs),
         num_warps,
     )
     items = batch * groups

@@ -372,31 +372,28 @@ def gluon_problems(
 _PROGRAMS: dict[tuple, int] = {}  # resident programs an SM, per compiled configuration
 
 
-def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], shared_estimate: int,
-                     num_warps: int) -> int:  # fmt: skip
-    """Programs an SM holds (registers, shared memory, warps) of the compiled kernel; offline
-    (``kernels.sass.offline_launches``, nothing to query) from the shared memory estimate
-    alone: the register limit is unknown there. For the post rows both agree (1 an SM at 8
-    warps and with the chain, 2 at 4 warps: 253 registers); the QKV rows at 8 warps is 2
-    offline and 1 on the device (144 registers), so offline grids over 132 tiles read 264
-    programs where the device launches 132."""
+def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], num_warps: int) -> int:
+    """Programs an SM holds (registers, shared memory, warps) of the compiled kernel. On the
+    device the register count is the loaded kernel's; offline (``kernels.sass.
+    offline_launches``: ``warmup`` compiles for the offline architecture and records no
+    launch) it is read from the cubin, so the offline grid is the device's."""
     from kernels import _triton
-    from kernels.sass import blocks_per_sm
+    from kernels.sass import _cubin_facts, blocks_per_sm
 
-    if _triton.OFFLINE_ARCH is not None:
-        return max(1, blocks_per_sm(_triton.OFFLINE_ARCH, num_warps, 1, shared_estimate)["blocks"])
+    arch = _triton.OFFLINE_ARCH
+    key = (arch, *key)
     if key not in _PROGRAMS:
         compiled = compile_kernel()
-        # ``warmup`` compiles without loading: the register count is set when the binary
-        # is loaded (``_init_handles``, Triton 3.6), else read from the cubin.
-        if getattr(compiled, "n_regs", None) is None and hasattr(compiled, "_init_handles"):
-            compiled._init_handles()
         registers = getattr(compiled, "n_regs", None)
+        # ``warmup`` compiles without loading: the register count is set when the binary
+        # is loaded (``_init_handles``, Triton 3.6; only on a device), else read from the
+        # cubin.
+        if registers is None and arch is None and hasattr(compiled, "_init_handles"):
+            compiled._init_handles()
+            registers = getattr(compiled, "n_regs", None)
         if registers is None:
-            from kernels.sass import _cubin_facts
-
             registers = _cubin_facts(compiled.asm["cubin"])[0]
-        limits = blocks_per_sm(90, num_warps, int(registers), int(compiled.metadata.shared))
+        limits = blocks_per_sm(arch or 90, num_warps, int(registers), int(compiled.metadata.shared))
         _PROGRAMS[key] = max(1, limits["blocks"])
     return _PROGRAMS[key]
 
@@ -427,7 +424,6 @@ def launch_qkv_rows_gluon(
     per_sm = _programs_per_sm(
         ("qkv", x.device.index, d_model, num_warps),
         lambda: _qkv_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
-        qkv_shared_bytes(d_model, num_warps),
         num_warps,
     )
     tiles = -(-num_rows // ROW_BLOCK)
@@ -490,7 +486,6 @@ def launch_post_rows_gluon(
     per_sm = _programs_per_sm(
         key,
         lambda: _post_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
-        gluon_shared_bytes(d_model, next_qkv, num_warps),
         num_warps,
     )
     tiles = -(-num_rows // ROW_BLOCK)

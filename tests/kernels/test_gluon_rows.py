@@ -173,11 +173,11 @@ def test_the_persistent_grid_counts_the_compiled_kernels_programs_an_sm() -> Non
             self.n_regs = self._registers
 
     gluon_rows._PROGRAMS.clear()
-    case6 = gluon_rows._programs_per_sm(("t", 6), lambda: Compiled(253, 114_688), 114_688, 4)
-    chained = gluon_rows._programs_per_sm(("t", 1), lambda: Compiled(194, 217_088), 217_088, 8)
+    case6 = gluon_rows._programs_per_sm(("t", 6), lambda: Compiled(253, 114_688), 4)
+    chained = gluon_rows._programs_per_sm(("t", 1), lambda: Compiled(194, 217_088), 8)
     assert (case6, chained) == (2, 1)
     # cached per configuration: not compiled again
-    assert gluon_rows._programs_per_sm(("t", 6), lambda: 1 / 0, 114_688, 4) == 2
+    assert gluon_rows._programs_per_sm(("t", 6), lambda: 1 / 0, 4) == 2
     gluon_rows._PROGRAMS.clear()
 
 
