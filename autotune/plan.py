@@ -441,8 +441,8 @@ KNOBS: tuple[Knob, ...] = (
         "heads a program (0: the Triton heads kernel): persistent programs, each owning a "
         "group of heads (their q, k, v weight rows resident in shared memory) and looping "
         "over sequences, every key in one tile (S <= 64 a warpgroup of attn_warps), each "
-        "GEMM one wgmma (fp16 operands, d_model 32/64/128, head dims 16-128; attn_block_m, "
-        "attn_block_n and attn_stages do not apply)",
+        "GEMM one wgmma (fp16 operands, d_model 32/64/128, head dims 16-128, and 8 in pairs: "
+        "an even number a program; attn_block_m, attn_block_n and attn_stages do not apply)",
         choices=(0, 1, 2, 4, 8, 16),
         needs={n: "fused_layer=heads" for n in (1, 2, 4, 8, 16)},
         group="kernels",

@@ -269,8 +269,9 @@ class Tiling:
     # many heads a program (0: the Triton kernel): persistent programs, each owning a group
     # of heads (their q, k, v weight rows resident in shared memory) and looping over
     # sequences; every key in one tile (S <= 64 a warpgroup of ``num_warps``), each GEMM one
-    # wgmma. fp16 operands, d_model in 32/64/128, head dims 16-128; block_m, block_n and
-    # num_stages unused. CUDA sm_90 only (no interpreter).
+    # wgmma. fp16 operands, d_model in 32/64/128, head dims 16-128 (8 in pairs: an even
+    # number a program); block_m, block_n and num_stages unused. CUDA sm_90 only (no
+    # interpreter).
     gluon_heads: int = 0
     # With pdl: where each kernel lets the next one launch, "start" (right after its own
     # wait: the next kernel's programs become resident and wait) or "end" (after its last
