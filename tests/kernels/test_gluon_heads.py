@@ -176,7 +176,7 @@ SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("gluon_post", [False, True])
+@pytest.mark.parametrize("gluon_post", [False, True], ids=["triton_post", "gluon_post"])
 @pytest.mark.parametrize(("shape", "mask_kind", "causal", "warps", "heads", "chain"), SHAPES)
 def test_gluon_heads_attention_matches_the_triton_kernel_and_the_rule(
     shape, mask_kind, causal, warps, heads, chain, gluon_post, device
