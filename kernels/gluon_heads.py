@@ -77,11 +77,34 @@ if not GLUON_ERROR:
         _cp_async(smem, ptrs, mask=mask)
 
     @gluon.jit
-    def _head_projection(a_s, w_s, b_ptr, offs_h, zeros):
-        """``rows @ W^T + b`` of one head, rounded once to fp16 (``W`` resident ``[hd, D]``)."""
-        p = warpgroup_mma(a_s, w_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
-        p = warpgroup_mma_wait(num_outstanding=0, deps=(p,))
+    def _with_bias(p, b_ptr, offs_h):
+        """A projection's accumulator plus its bias, rounded once to fp16."""
         return (p + gl.expand_dims(gl.load(b_ptr + offs_h), 0)).to(gl.float16)
+
+    @gluon.jit
+    def _project(a_s, w_s, zeros):
+        """Issue ``rows @ W^T`` (``W`` resident ``[slot columns, D]``), asynchronously."""
+        return warpgroup_mma(a_s, w_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
+
+    @gluon.jit
+    def _slot_projections(a_s, wq, wk, wv, b_ptr, D: gl.constexpr, offs_h, zeros,
+                          TOGETHER: gl.constexpr):  # fmt: skip
+        """The slot's q, k, v (fp16, with their bias): with ``TOGETHER`` the three wgmma
+        issued back to back and waited for once (three accumulators live: up to 64
+        columns), else one at a time."""
+        if TOGETHER:
+            q = _project(a_s, wq, zeros)
+            k = _project(a_s, wk, zeros)
+            v = _project(a_s, wv, zeros)
+            q, k, v = warpgroup_mma_wait(num_outstanding=0, deps=(q, k, v))
+        else:
+            q = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wq, zeros),))
+            k = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wk, zeros),))
+            v = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wv, zeros),))
+        q = _with_bias(q, b_ptr, offs_h)
+        k = _with_bias(k, b_ptr + D, offs_h)
+        v = _with_bias(v, b_ptr + 2 * D, offs_h)
+        return q, k, v
 
     @gluon.jit
     def _attend(q, k_tile, v_tile, key_mask_ptr, b, seq_len, qk_scale, BLOCK_S: gl.constexpr,
@@ -184,10 +207,9 @@ if not GLUON_ERROR:
                 c0 = col0 + t * SW  # the slot's first column
                 offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
                 zeros_h = gl.zeros([BLOCK_S, SW], gl.float32, ACC_H)
-                q = _head_projection(a_s, wq_s.index(t), bqkv_ptr + c0, offs_h, zeros_h)
-                k = _head_projection(a_s, wk_s.index(t), bqkv_ptr + D + c0, offs_h, zeros_h)
-                v = _head_projection(a_s, wv_s.index(t), bqkv_ptr + 2 * D + c0, offs_h,
-                                     zeros_h)  # fmt: skip
+                q, k, v = _slot_projections(a_s, wq_s.index(t), wk_s.index(t), wv_s.index(t),
+                                            bqkv_ptr + c0, D, offs_h, zeros_h,
+                                            SW <= 64)  # fmt: skip
                 k_s.index(buf).store(k)
                 v_s.index(buf).store(v)
                 # Every warp's k, v stored (and, with one buffer or at the last slot, every
