@@ -36,6 +36,7 @@ import dataclasses
 import torch
 
 from kernels import gluon_rows
+from kernels._common import pdl_launch
 
 GLUON_ERROR = gluon_rows.GLUON_ERROR
 if not GLUON_ERROR:
@@ -53,6 +54,8 @@ if not GLUON_ERROR:
         _copy_weight,
         _cp_async,
         _cta_barrier,
+        _grid_dependency_launch,
+        _grid_dependency_wait,
         _layernorm,
     )
 
@@ -151,6 +154,7 @@ if not GLUON_ERROR:
         ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr, P_OP: gl.constexpr,
         SMEM_A: gl.constexpr, SMEM_W: gl.constexpr, SMEM_KV: gl.constexpr,
         LOAD: gl.constexpr, LOAD_W: gl.constexpr, STOP: gl.constexpr = 0,
+        USE_GDC: gl.constexpr = 0,
     ):  # fmt: skip
         """The context ``[B, S, D]`` (fp16) of heads ``g * G .. g * G + G - 1`` for
         sequences ``s0, s0 + P / GROUPS, ...``: program ``pid`` owns group ``pid % GROUPS``
@@ -161,7 +165,10 @@ if not GLUON_ERROR:
         slot, 16 columns, wgmma's smallest reduction for the scores; each head's scores take
         the slot's q with the other head's columns zeroed (the same sums), its context the
         slot's v, of which it stores its own columns. ``STOP`` (debugging only) stores a
-        stage in the head's context columns instead: 1 q, 2 k, 3 v (fp16, with their bias)."""
+        stage in the head's context columns instead: 1 q, 2 k, 3 v (fp16, with their bias).
+        ``USE_GDC`` (programmatic dependent launch, ``kernels._common.gdc_mode``): the
+        weights' copies are issued before the wait for the previous kernel, the rows
+        after it."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         group = pid % GROUPS
@@ -177,13 +184,16 @@ if not GLUON_ERROR:
         a_s = gl.allocate_shared_memory(gl.float16, [BLOCK_S, D], SMEM_A)
         k_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
         v_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
-        # One commit group: the weights (and the first sequence's rows); each sequence's
-        # rows after that are a group of their own, the only one in flight.
+        # A commit group of the weights, then one of the first sequence's rows (after the
+        # wait for the previous kernel, which wrote them: USE_GDC); each sequence's rows
+        # after that are a group of their own, the only one in flight.
         for w in gl.static_range(SLOTS):  # each slot's [SW, D] rows of Wq, Wk, Wv
             slot_w = wqkv_ptr + (col0 + w * SW) * D
             _copy_weight(wq_s.index(w), slot_w, SW, D, LOAD_W)
             _copy_weight(wk_s.index(w), slot_w + D * D, SW, D, LOAD_W)
             _copy_weight(wv_s.index(w), slot_w + 2 * D * D, SW, D, LOAD_W)
+        async_copy.commit_group()
+        _grid_dependency_wait(USE_GDC)
         if NORMED:
             _copy_rows(a_s, normed_ptr, first, batch, seq_len, D, BLOCK_S, LOAD)
         async_copy.commit_group()
@@ -243,6 +253,8 @@ if not GLUON_ERROR:
                     _cta_barrier()
             count += SLOTS
         async_copy.wait_group(0)  # the last, empty, copies
+        if USE_GDC == 2:
+            _grid_dependency_launch(USE_GDC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,13 +406,15 @@ def launch_heads_attention_gluon(
     num_warps: int,
     max_programs: int = 0,
     stop: int = 0,
+    use_gdc: int = 0,
 ) -> None:
     """Launch the kernel over ``x [B, S, D]``'s sequences into ``ctx`` (fp16 ``[B, S, D]``):
     ``normed`` the LayerNorm1 rows (fp16) or None (normalised here from ``x``);
     ``wqkv`` ``[3 D, D]`` fp16, ``bqkv`` ``[3 D]`` fp32. A persistent grid of the programs
     the SMs hold, a multiple of the head groups, at most one a (sequence, group); with
     ``max_programs``, at most that many a group (debugging: several sequences a program).
-    ``stop``: the kernel's ``STOP``."""
+    ``stop``: the kernel's ``STOP``; ``use_gdc``: its ``USE_GDC`` (launched with
+    programmatic dependent launch when set)."""
     from kernels import _triton
 
     batch, seq_len, d_model = x.shape
@@ -419,11 +433,11 @@ def launch_heads_attention_gluon(
         CAUSAL=bool(causal), HAS_KEY_MASK=mask_bytes is not None, NORMED=normed is not None,
         KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
         SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, LOAD=lay.load,
-        LOAD_W=lay.load_w, STOP=stop, num_warps=num_warps,
+        LOAD_W=lay.load_w, STOP=stop, USE_GDC=use_gdc, num_warps=num_warps,
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else gluon_rows._sm_count(x.device)
     key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,
-           mask_bytes is not None, normed is not None, stop)  # fmt: skip
+           mask_bytes is not None, normed is not None, stop, use_gdc)  # fmt: skip
     per_sm = gluon_rows._programs_per_sm(
         key,
         lambda: _heads_attention_gluon_kernel.warmup(*args, grid=(groups,), **kwargs),
@@ -432,4 +446,4 @@ def launch_heads_attention_gluon(
     items = batch * groups
     programs = min(items, per_sm * sms, max_programs * groups or items)
     programs = max(groups, programs // groups * groups)
-    _heads_attention_gluon_kernel[(programs,)](*args, **kwargs)
+    _heads_attention_gluon_kernel[(programs,)](*args, **kwargs, **pdl_launch(bool(use_gdc)))

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from kernels._common import GELU_POLY, GELU_POLY_CLAMP
+from kernels._common import GELU_POLY, GELU_POLY_CLAMP, pdl_launch
 
 try:  # Gluon ships with Triton >= 3.4; its API moves between releases (3.6 on the H200)
     import triton.language as tl
@@ -106,6 +106,26 @@ if not GLUON_ERROR:
         return gl.load(x_ptr + io, mask=mask, other=0.0)
 
     @gluon.jit
+    def _grid_dependency_wait(USE_GDC: gl.constexpr):
+        """With ``USE_GDC`` (launched with programmatic dependent launch): wait until the
+        previous kernel of the stream has finished and its writes are visible (call it
+        after the weights' copies, which nothing writes, and before any other load or
+        store); with ``USE_GDC == 1`` then let the next kernel launch."""
+        if USE_GDC:
+            gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [],
+                                      dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+            if USE_GDC == 1:
+                _grid_dependency_launch(1)
+
+    @gluon.jit
+    def _grid_dependency_launch(USE_GDC: gl.constexpr):
+        """Let the next kernel of the stream launch (``USE_GDC`` 1: at the start, called by
+        the wait; 2: at the end, after the last store)."""
+        if USE_GDC:
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r",
+                                      [], dtype=gl.int32, is_pure=False, pack=1)  # fmt: skip
+
+    @gluon.jit
     def _copies_visible():
         """After a ``wait_group``: this thread's completed copies ordered before the async
         proxy's reads (wgmma reads shared memory through it), then every thread's."""
@@ -142,7 +162,7 @@ if not GLUON_ERROR:
         NEXT_QKV: gl.constexpr, NEXT_NORM: gl.constexpr, PREFETCH_X: gl.constexpr,
         ACC: gl.constexpr, OPERAND: gl.constexpr, SMEM_W: gl.constexpr,
         SMEM_CTX: gl.constexpr, LOAD_W: gl.constexpr, LOAD_CTX: gl.constexpr,
-        STOP: gl.constexpr = 0,
+        STOP: gl.constexpr = 0, USE_GDC: gl.constexpr = 0,
     ):  # fmt: skip
         """``out = x + attention + FFN(LayerNorm2(x + attention))`` (and the final
         LayerNorm, or the next layer's QKV, or its LayerNorm1 rows) for row tiles
@@ -150,19 +170,23 @@ if not GLUON_ERROR:
         Weights ``[out, in]`` fp16, the FFN ``D`` wide; ``qkv`` rows ``[3 D]`` fp16;
         ``normed`` rows ``[D]`` fp16 (the heads variant's ``row_next_norm``). ``STOP``
         (debugging only) stores a stage's rows instead of the output: 1 ``x1``, 2
-        LayerNorm2's, 3 the FFN's GELU."""
+        LayerNorm2's, 3 the FFN's GELU. ``USE_GDC`` (programmatic dependent launch,
+        ``kernels._common.gdc_mode``): the weights' copies are issued before the wait for
+        the previous kernel, the first tile's context after it."""
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         num_tiles = gl.cdiv(num_rows, BLOCK_R)
 
         # Resident weights, one commit group each: Wo with the first tile's context, W1,
-        # W2, and the next layer's packed QKV weight.
+        # W2, and the next layer's packed QKV weight (with USE_GDC the context last, after
+        # the wait for the previous kernel, which wrote it).
         wo_s = gl.allocate_shared_memory(gl.float16, [D, D], SMEM_W)
         w1_s = gl.allocate_shared_memory(gl.float16, [D, D], SMEM_W)
         w2_s = gl.allocate_shared_memory(gl.float16, [D, D], SMEM_W)
         ctx_s = gl.allocate_shared_memory(gl.float16, [BLOCK_R, D], SMEM_CTX)
         _copy_weight(wo_s, wo_ptr, D, D, LOAD_W)
-        _copy_ctx(ctx_s, ctx_ptr, pid, num_rows, D, BLOCK_R, LOAD_CTX)
+        if not USE_GDC:
+            _copy_ctx(ctx_s, ctx_ptr, pid, num_rows, D, BLOCK_R, LOAD_CTX)
         async_copy.commit_group()
         _copy_weight(w1_s, w1_ptr, D, D, LOAD_W)
         async_copy.commit_group()
@@ -178,8 +202,13 @@ if not GLUON_ERROR:
             _copy_weight(wv_s, wqkv_ptr + 2 * D * D, D, D, LOAD_W)
             async_copy.commit_group()
         # Groups committed after the first tile's context: W1, W2 (and Wqkv); after a
-        # later tile's context: none.
+        # later tile's context: none. With USE_GDC every weight's group comes before it.
         LATER: gl.constexpr = 3 if NEXT_QKV else 2
+        FIRST: gl.constexpr = 0 if USE_GDC else LATER
+        _grid_dependency_wait(USE_GDC)
+        if USE_GDC:
+            _copy_ctx(ctx_s, ctx_ptr, pid, num_rows, D, BLOCK_R, LOAD_CTX)
+            async_copy.commit_group()
 
         offs_r = gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, ACC))
         offs_c = gl.arange(0, D, layout=gl.SliceLayout(0, ACC))
@@ -200,7 +229,7 @@ if not GLUON_ERROR:
                 acc = gl.load(x_ptr + io, mask=io_mask, other=0.0)
             acc = acc + gl.expand_dims(gl.load(bo_ptr + offs_c), 0)
             if tile == pid:
-                async_copy.wait_group(LATER)  # Wo and the context
+                async_copy.wait_group(FIRST)  # Wo and the context
             else:
                 async_copy.wait_group(0)  # the context
             _copies_visible()
@@ -259,12 +288,15 @@ if not GLUON_ERROR:
                 _project(hq, wv_s, bqkv_ptr + 2 * D, qkv_ptr + qkv_io + 2 * D, io_mask, zeros,
                          offs_c)  # fmt: skip
         async_copy.wait_group(0)  # the last, empty, context copies
+        if USE_GDC == 2:
+            _grid_dependency_launch(USE_GDC)
 
     @gluon.jit
     def _qkv_rows_gluon_kernel(
         x_ptr, qkv_ptr, n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, num_rows, eps,
         D: gl.constexpr, BLOCK_R: gl.constexpr, ACC: gl.constexpr, OPERAND: gl.constexpr,
         SMEM_W: gl.constexpr, LOAD_W: gl.constexpr, PREFETCH_X: gl.constexpr,
+        USE_GDC: gl.constexpr = 0,
     ):  # fmt: skip
         """``qkv = LayerNorm1(x) @ Wqkv^T + bqkv`` (fp16 rows ``[3 D]``) for row tiles
         ``pid, pid + P, ...``: the QKV rows kernel of ``fused_layer=rows`` with the packed
@@ -281,6 +313,7 @@ if not GLUON_ERROR:
         _copy_weight(wk_s, wqkv_ptr + D * D, D, D, LOAD_W)
         _copy_weight(wv_s, wqkv_ptr + 2 * D * D, D, D, LOAD_W)
         async_copy.commit_group()
+        _grid_dependency_wait(USE_GDC)  # the weights in flight; then the previous kernel
         offs_r = gl.arange(0, BLOCK_R, layout=gl.SliceLayout(1, ACC))
         offs_c = gl.arange(0, D, layout=gl.SliceLayout(0, ACC))
         zeros = gl.zeros([BLOCK_R, D], gl.float32, ACC)
@@ -305,6 +338,8 @@ if not GLUON_ERROR:
             _project(h, wk_s, bqkv_ptr + D, qkv_ptr + qkv_io + D, io_mask, zeros, offs_c)
             _project(h, wv_s, bqkv_ptr + 2 * D, qkv_ptr + qkv_io + 2 * D, io_mask, zeros,
                      offs_c)  # fmt: skip
+        if USE_GDC == 2:
+            _grid_dependency_launch(USE_GDC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,27 +443,30 @@ def launch_qkv_rows_gluon(
     *,
     num_warps: int,
     max_programs: int = 0,
+    use_gdc: int = 0,
 ) -> None:
     """Launch the QKV rows kernel over ``num_rows`` rows of ``x`` into ``qkv`` (fp16
     ``[rows, 3 D]``; ``qkv_weights`` from ``kernels.layer._qkv_weights``): a persistent
-    grid of the programs the SMs hold, at most one a tile."""
+    grid of the programs the SMs hold, at most one a tile. ``use_gdc``: the kernel's
+    ``USE_GDC`` (``kernels._common.gdc_mode``; launched with programmatic dependent launch
+    when set)."""
     from kernels import _triton
 
     lay = gluon_layouts(d_model, num_warps)
     args = (x, qkv, *qkv_weights, num_rows, eps)
     kwargs = dict(
         D=d_model, BLOCK_R=ROW_BLOCK, ACC=lay.acc, OPERAND=lay.operand, SMEM_W=lay.smem,
-        LOAD_W=lay.load, PREFETCH_X=num_warps == 8, num_warps=num_warps,
+        LOAD_W=lay.load, PREFETCH_X=num_warps == 8, USE_GDC=use_gdc, num_warps=num_warps,
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)
     per_sm = _programs_per_sm(
-        ("qkv", x.device.index, d_model, num_warps),
+        ("qkv", x.device.index, d_model, num_warps, use_gdc),
         lambda: _qkv_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
         num_warps,
     )
     tiles = -(-num_rows // ROW_BLOCK)
     programs = min(tiles, per_sm * sms, max_programs or tiles)
-    _qkv_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)
+    _qkv_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs, **pdl_launch(bool(use_gdc)))
 
 
 def qkv_shared_bytes(d_model: int, num_warps: int = 4) -> int:
@@ -462,13 +500,15 @@ def launch_post_rows_gluon(
     next_norm: bool = False,
     stop: int = 0,
     max_programs: int = 0,
+    use_gdc: int = 0,
 ) -> None:
     """Launch the kernel over ``num_rows`` rows (arguments as the Triton post rows
     kernel's: ``post_weights`` from ``kernels.layer._post_weights``, ``qkv_weights`` from
     ``_qkv_weights``, ``normed`` the heads variant's next LayerNorm1 rows; placeholders
     where unused): a persistent grid of the programs the
     SMs hold, at most one a tile (at most ``max_programs`` when set: a debugging run's
-    several tiles a program). ``stop``: the kernel's ``STOP``."""
+    several tiles a program). ``stop``: the kernel's ``STOP``; ``use_gdc``: its ``USE_GDC``
+    (launched with programmatic dependent launch when set)."""
     from kernels import _triton
 
     lay = gluon_layouts(d_model, num_warps)
@@ -478,11 +518,11 @@ def launch_post_rows_gluon(
         GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, NEXT_NORM=next_norm,
         PREFETCH_X=num_warps == 8, ACC=lay.acc,
         OPERAND=lay.operand, SMEM_W=lay.smem, SMEM_CTX=lay.smem, LOAD_W=lay.load,
-        LOAD_CTX=lay.load, num_warps=num_warps, STOP=stop,
+        LOAD_CTX=lay.load, num_warps=num_warps, STOP=stop, USE_GDC=use_gdc,
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)  # H100 / H200: 132
     key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, next_norm,
-           num_warps, stop)  # fmt: skip
+           num_warps, stop, use_gdc)  # fmt: skip
     per_sm = _programs_per_sm(
         key,
         lambda: _post_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
@@ -490,4 +530,4 @@ def launch_post_rows_gluon(
     )
     tiles = -(-num_rows // ROW_BLOCK)
     programs = min(tiles, per_sm * sms, max_programs or tiles)
-    _post_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)
+    _post_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs, **pdl_launch(bool(use_gdc)))

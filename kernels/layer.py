@@ -1231,15 +1231,14 @@ def _gluon_errors(variant: str, d_model: int, ffn_dim: int, tiling: Tiling, gemm
         ("stage_residual", tiling.stage_residual),
         ("fold_residual", tiling.fold_residual),
         ("ffn_block", tiling.ffn_block),
-        ("pdl", tiling.pdl),
         ("qkv_stages", tiling.qkv_stages),
         ("row_maxnreg", tiling.row_maxnreg),
     ):
         if on:
             reasons.append(
                 f"{name} configures the Triton row kernels that gluon_post replaces (the "
-                "Gluon kernels always fold the residual into their accumulators, hold their "
-                "weights resident and have no grid dependency control); leave it unset"
+                "Gluon kernels always fold the residual into their accumulators and hold "
+                "their weights resident); leave it unset"
             )
     return reasons
 
@@ -1258,13 +1257,7 @@ def _gluon_heads_errors(
         seq_len=seq_len, d_model=d_model, num_heads=num_heads, heads=tiling.gluon_heads,
         gemm_precision=gemm, attn_precision=attn, num_warps=tiling.num_warps,
     )  # fmt: skip
-    reasons = [f"gluon_heads: {why}" for why in problems]
-    if tiling.pdl:
-        reasons.append(
-            "pdl: the Gluon heads attention has no grid dependency control; leave pdl unset "
-            "with gluon_heads"
-        )
-    return reasons
+    return [f"gluon_heads: {why}" for why in problems]
 
 
 def uses_gluon(tiling: Tiling) -> bool:
@@ -1484,6 +1477,7 @@ def _launch_layer(
             x, normed if normed_ready else None, ctx, mask_bytes, (f.norm1_weight, f.norm1_bias),
             w.qkv_weight, w.qkv_bias, num_heads=num_heads, heads=tiling.gluon_heads,
             causal=bool(causal), eps=LAYERNORM_EPS, num_warps=tiling.num_warps,
+            use_gdc=gdc_mode(tiling.pdl, tiling.pdl_trigger),
         )  # fmt: skip
     elif variant == "heads":
         num_q_blocks = triton.cdiv(seq_len, tiling.block_m)
@@ -1526,7 +1520,7 @@ def _launch_layer(
         if not qkv_ready and tiling.gluon_post:  # the Gluon QKV rows (kernels.gluon_rows)
             gluon_rows.launch_qkv_rows_gluon(
                 x, qkv, _qkv_weights(w), num_rows, d_model, LAYERNORM_EPS,
-                num_warps=tiling.row_warps,
+                num_warps=tiling.row_warps, use_gdc=gdc_mode(tiling.pdl, tiling.pdl_trigger),
             )  # fmt: skip
         elif not qkv_ready:
             _qkv_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](
@@ -1582,6 +1576,7 @@ def _launch_layer(
             num_rows, d_model, LAYERNORM_EPS, has_key_mask=mask_bytes is not None,
             final_norm=final_norm is not None, gelu_poly=tiling.gelu_poly, next_qkv=chained,
             next_norm=norms, num_warps=tiling.row_warps,
+            use_gdc=gdc_mode(tiling.pdl, tiling.pdl_trigger),
         )  # fmt: skip
         return
     _post_rows_kernel[(triton.cdiv(num_rows, tiling.row_block),)](

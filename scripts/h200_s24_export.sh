@@ -41,15 +41,18 @@ OVERLAYS=${OVERLAYS-'{"row_fold_residual": true};{"ffn_gelu": "poly"};{"ffn_gelu
 # Session 28: OVERLAYS=gluon names the Gluon row kernels' overlays (row_gluon with the Triton
 # row kernels' knobs unset and 64-row tiles, as the GPU space's restrictions ask; at 4 and 8
 # row warps; rows chained at 8), for heads and rows entries.
-G='"row_gluon": true, "row_stage": false, "row_fold_residual": false, "row_ffn_block": 0, "pdl": false, "row_block": 64, "row_qkv_stages": 0, "row_maxnreg": 0'
+G0='"row_gluon": true, "row_stage": false, "row_fold_residual": false, "row_ffn_block": 0, "row_block": 64, "row_qkv_stages": 0, "row_maxnreg": 0'
+G="$G0, \"pdl\": false"
 [ "$OVERLAYS" = gluon ] && OVERLAYS="{$G};{$G, \"row_warps\": 8};{$G, \"row_next_qkv\": true, \"row_warps\": 8}"
 # Session 29: OVERLAYS=gheads names the Gluon heads attention's overlays of heads entries
 # (attn_gluon at 1, 2 and 4 heads a program, where they divide the heads and the head dim is
 # 8-128, heads of 8 in pairs; the Triton heads kernel's tiles and stages at one setting, as
 # the space asks; the attention's warps as the sequence needs: 4 up to 64 tokens, else 8),
-# alone and with the Gluon post rows.
-A='"attn_block_m": 64, "attn_block_n": 64, "attn_stages": 2, "pdl": false, "attn_warps": "fit"'
-[ "$OVERLAYS" = gheads ] && OVERLAYS="{$A, \"attn_gluon\": 1};{$A, \"attn_gluon\": 2};{$A, \"attn_gluon\": 4};{$A, $G, \"attn_gluon\": 1, \"row_warps\": 8};{$A, $G, \"attn_gluon\": 2, \"row_warps\": 8};{$A, $G, \"attn_gluon\": 4}"
+# alone and with the Gluon post rows; with both, one head a program launched with pdl
+# (each Gluon kernel copies its weights before it waits for its predecessor), either trigger.
+A0='"attn_block_m": 64, "attn_block_n": 64, "attn_stages": 2, "attn_warps": "fit"'
+A="$A0, \"pdl\": false"
+[ "$OVERLAYS" = gheads ] && OVERLAYS="{$A, \"attn_gluon\": 1};{$A, \"attn_gluon\": 2};{$A, \"attn_gluon\": 4};{$A0, $G, \"attn_gluon\": 1, \"row_warps\": 8};{$A0, $G, \"attn_gluon\": 2, \"row_warps\": 8};{$A0, $G, \"attn_gluon\": 4};{$A0, $G0, \"attn_gluon\": 1, \"row_warps\": 8, \"pdl\": true};{$A0, $G0, \"attn_gluon\": 1, \"row_warps\": 8, \"pdl\": true, \"pdl_trigger\": \"end\"}"
 LOG="$OUT/s24_export.log"
 TOTAL=${TOTAL:-560}
 left() { echo $(( TOTAL - SECONDS )); }

@@ -67,9 +67,9 @@ plans_for() {
   [ "$ok_rows" -eq 1 ] && out="$out $(ls docs/plans/s28/c${c}_gluon_w*.json | sed 's/^/@/' | xargs)"
   if [ "$ok_heads" -eq 1 ]; then
     case $c in
-      6) [ "$ok_rows" -eq 1 ] && out="$out @docs/plans/s29/c6_heads_gluon4.json"
+      6) [ "$ok_rows" -eq 1 ] && out="$out @docs/plans/s29/c6_heads_gluon4.json @docs/plans/s29/c6_heads_gluon4_pdl_end.json"
          out="$out @docs/plans/s29/c6_heads_gluon4_triton_post.json" ;;
-      2) [ "$ok_rows" -eq 1 ] && out="$out @docs/plans/s29/c2_heads_gluon1.json" ;;
+      2) [ "$ok_rows" -eq 1 ] && out="$out $(ls docs/plans/s29/c2_heads_gluon1*.json | sed 's/^/@/' | xargs)" ;;
       1) [ "$ok_rows" -eq 1 ] && out="$out @docs/plans/s29/heads_gluon_g1.json @docs/plans/s29/heads_gluon_g2.json" ;;
     esac
   fi

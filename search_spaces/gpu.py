@@ -265,18 +265,16 @@ SPACE = {
         # attn_post accumulates the projection head by head: no fold there.
         {"forbid": {"row_fold_residual": [True], "row_attn_post": [True]}},
         # The Gluon post rows has none of the Triton post rows' knobs (it folds both
-        # residuals into its accumulators) and no grid dependency control.
+        # residuals into its accumulators).
         {"forbid": {"row_gluon": [True], "row_attn_post": [True]}},
         {"forbid": {"row_gluon": [True], "row_stage": [True]}},
         {"forbid": {"row_gluon": [True], "row_fold_residual": [True]}},
         {"forbid": {"row_gluon": [True], "row_ffn_block": [32, 16]}},
-        {"forbid": {"row_gluon": [True], "pdl": [True]}},
         # and no QKV rows stages or row tile of the Triton kernels (its tiles are 64 rows)
         {"forbid": {"row_gluon": [True], "row_qkv_stages": [2, 1]}},
         {"forbid": {"row_gluon": [True], "row_block": [16, 32, 128]}},
-        # The Gluon heads attention has no tiles, stages or grid dependency control of the
-        # Triton kernel's: one setting of those stands for all.
-        {"forbid": {"attn_gluon": [1, 2, 4], "pdl": [True]}},
+        # The Gluon heads attention has none of the Triton kernel's tiles and stages: one
+        # setting of those stands for all.
         {"forbid": {"attn_gluon": [1, 2, 4], "attn_block_m": [16, 32, 128]}},
         {"forbid": {"attn_gluon": [1, 2, 4], "attn_block_n": [32, 128]}},
         {"forbid": {"attn_gluon": [1, 2, 4], "attn_stages": [1, 3]}},

@@ -99,8 +99,8 @@ def test_support_rules_name_the_kernel_it_replaces_and_the_way_out() -> None:
     rows = _reasons(heads4, variant="rows")
     assert any("gluon_heads replaces the heads attention kernel of variant 'heads'" in r
                for r in rows)  # fmt: skip
-    assert any("no grid dependency control" in r
-               for r in _reasons(Tiling(num_warps=8, gluon_heads=4, pdl=True)))  # fmt: skip
+    # programmatic dependent launch: the weights' copies before the wait (test_sass.py)
+    assert _reasons(Tiling(num_warps=8, gluon_heads=4, pdl=True)) == []
     assert any("seq_len 100 > 64" in r for r in _reasons(Tiling(gluon_heads=4), seq_len=100))
     assert any("compute capability 9.x" in r
                for r in _reasons(heads4, device_type="cpu", capability=None))  # fmt: skip
@@ -152,8 +152,7 @@ def test_the_plan_knob_is_refused_off_heads_and_its_unused_tiles_forbidden() -> 
     }
     # one setting of the Triton kernel's tiles and stages stands for all
     assert forbidden == {
-        "pdl": (True,), "attn_block_m": (16, 32, 128), "attn_block_n": (32, 128),
-        "attn_stages": (1, 3),
+        "attn_block_m": (16, 32, 128), "attn_block_n": (32, 128), "attn_stages": (1, 3),
     }  # fmt: skip
 
 
@@ -204,6 +203,27 @@ def test_gluon_heads_attention_matches_the_triton_kernel_and_the_rule(
     # head, mask or buffer is off by 0.1-1.
     torch.testing.assert_close(gluon_out, triton_out, rtol=1e-2, atol=1e-2)
     assert torch.count_nonzero(x_change) == 0
+
+
+@pytest.mark.parametrize("trigger", ["start", "end"])
+@pytest.mark.parametrize(
+    ("shape", "heads", "warps"),
+    [((1, 128, 128, 4, 128, 4), 1, 8), ((300, 64, 128, 4, 128, 2), 4, 4)],
+    ids=["one_sequence", "several_a_program"],
+)
+def test_programmatic_dependent_launch_changes_no_bit(shape, heads, warps, trigger, device) -> None:
+    """The heads stack with both Gluon kernels launched with pdl (the weights copied before
+    each kernel waits for its predecessor): the same bits as without, either trigger."""
+    if device != "cuda" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Gluon runs compiled on a CUDA sm_90 device only (KERNELS_TEST_DEVICE=cuda)")
+    kwargs = dict(variant="heads", precision="fp16", mask_kind="right-padded", causal=True,
+                  shape=shape, device=device, random_norms=True)  # fmt: skip
+    common = dict(num_warps=warps, row_block=64, row_warps=4, next_norm=True, gluon_post=True,
+                  gluon_heads=heads)  # fmt: skip
+    plain, reference, _ = run_stack(**kwargs, tiling=Tiling(**common))
+    pdl, _, _ = run_stack(**kwargs, tiling=Tiling(**common, pdl=True, pdl_trigger=trigger))
+    assert compare(pdl, reference, PROJECT_RULE).passed
+    assert torch.equal(pdl, plain)
 
 
 def test_several_sequences_a_program_match_one_a_program(device) -> None:

@@ -64,9 +64,12 @@ def test_support_rules_name_the_kernel_it_replaces_and_the_way_out() -> None:
                for r in seq)  # fmt: skip
     post = _reasons(Tiling(gluon_post=True, attn_post=True))
     assert any("without attn_post" in r for r in post)
-    for knob in ("stage_residual", "fold_residual", "pdl"):
+    for knob in ("stage_residual", "fold_residual"):
         why = _reasons(Tiling(gluon_post=True, **{knob: True}))
         assert any(f"{knob} configures the Triton row kernels" in r for r in why), knob
+    # session 29: the Gluon kernels wait for their predecessor after their weights' copies
+    assert _reasons(Tiling(gluon_post=True, pdl=True)) == []
+    assert _reasons(Tiling(gluon_post=True, pdl=True, pdl_trigger="end")) == []
     assert any("ffn_block configures" in r for r in _reasons(Tiling(gluon_post=True, ffn_block=32)))
     assert any("d_model 256" in r for r in _reasons(d_model=256, ffn_dim=256, num_heads=8))
     # q, k, v stored in the qkv buffer's dtype (a review: fp32 ones were rounded to fp16)
@@ -110,8 +113,8 @@ def test_the_plan_knob_is_refused_off_rows_and_forbidden_with_the_triton_knobs()
         if knob != "row_gluon"
     }
     assert forbidden == {
-        "row_attn_post", "row_stage", "row_fold_residual", "row_ffn_block", "pdl",
-        "row_qkv_stages", "row_block",
+        "row_attn_post", "row_stage", "row_fold_residual", "row_ffn_block", "row_qkv_stages",
+        "row_block",
     }  # fmt: skip
 
 
@@ -157,6 +160,23 @@ def test_gluon_post_rows_matches_the_triton_kernel_and_the_rule(
     # test_layer's fold test: 1e-3 over two layers). A wrong stage is off by 0.1-1.
     torch.testing.assert_close(gluon_out, triton_out, rtol=1e-2, atol=1e-2)
     assert torch.count_nonzero(x_change) == 0
+
+
+@pytest.mark.parametrize("trigger", ["start", "end"])
+@pytest.mark.parametrize("chain", [False, True])
+def test_programmatic_dependent_launch_changes_no_bit(chain: bool, trigger: str, device) -> None:
+    """The rows stack with the Gluon row kernels launched with pdl (session 29: each copies
+    its weights before it waits for its predecessor): the same bits as without."""
+    if device != "cuda" or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("Gluon runs compiled on a CUDA sm_90 device only (KERNELS_TEST_DEVICE=cuda)")
+    kwargs = dict(variant="rows", precision="fp16", mask_kind="holes", causal=True,
+                  shape=(300, 64, 128, 4, 128, 3), device=device, random_norms=True)  # fmt: skip
+    common = dict(block_m=32, block_n=32, row_block=64, row_warps=8, next_qkv=chain,
+                  gluon_post=True)  # fmt: skip
+    plain, reference, _ = run_stack(**kwargs, tiling=Tiling(**common))
+    pdl, _, _ = run_stack(**kwargs, tiling=Tiling(**common, pdl=True, pdl_trigger=trigger))
+    assert compare(pdl, reference, PROJECT_RULE).passed
+    assert torch.equal(pdl, plain)
 
 
 def test_the_persistent_grid_counts_the_compiled_kernels_programs_an_sm() -> None:

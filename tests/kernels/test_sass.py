@@ -520,3 +520,80 @@ def test_inspect_compiles_the_gluon_heads_attention_for_sm_90(
         assert k["shared"] == gluon_heads_shared_bytes(128, 32, heads, 8)
         # 2 warpgroups of 64 rows: q, k, v 8 wgmma each (K 128), scores 2 (K 32), context 8
         assert k["sass"]["mma"] == 3 * 8 + 2 + 8
+
+
+# Compiles the three Gluon kernels offline with programmatic dependent launch and prints,
+# per kernel, the order of its copies, loads, stores and grid dependency instructions (PTX).
+_GDC_ORDER = r"""
+import json, sys, torch, triton
+from kernels import gluon_heads as gh, gluon_rows as gr
+from kernels.sass import offline_launches
+mode = int(sys.argv[1])
+ptx = {}
+compile_ = triton.compile
+def spy(*args, **kwargs):
+    compiled = compile_(*args, **kwargs)
+    ptx[compiled.metadata.name] = compiled.asm["ptx"]
+    return compiled
+triton.compile = spy
+B, S, D, H = 1, 128, 128, 4
+x = torch.zeros(B * S, D)
+half = lambda *shape: torch.zeros(*shape, dtype=torch.float16)
+qkv_w = (torch.zeros(D), torch.zeros(D), half(3 * D, D), torch.zeros(3 * D))
+post = tuple(half(D, D) if i in (0, 4, 6) else torch.zeros(D) for i in range(10))
+with offline_launches(90):
+    gh.launch_heads_attention_gluon(x.view(B, S, D), half(B, S, D), half(B, S, D), None,
+        qkv_w[:2], qkv_w[2], qkv_w[3], num_heads=H, heads=1, causal=True, eps=1e-5,
+        num_warps=8, use_gdc=mode)
+    gr.launch_post_rows_gluon(x, half(B * S, D), x, x, post, x, qkv_w, half(B * S, D), B * S,
+        D, 1e-5, has_key_mask=False, final_norm=False, gelu_poly=True, next_qkv=False,
+        next_norm=True, num_warps=8, use_gdc=mode)
+    gr.launch_qkv_rows_gluon(x, half(B * S, 3 * D), qkv_w, B * S, D, 1e-5, num_warps=8,
+        use_gdc=mode)
+keep = ("cp.async.cg", "cp.async.ca", "griddepcontrol", "st.global", "ld.global")
+out = {}
+for name, text in ptx.items():
+    ops = []
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if words and words[0].startswith(keep):
+            ops.append(words[0].rstrip(";"))
+    out[name] = ops
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("mode", [1, 2], ids=["trigger_start", "trigger_end"])
+def test_gluon_kernels_copy_their_weights_before_the_grid_dependency_wait(mode: int) -> None:
+    """With pdl the Gluon kernels issue their weights' copies (nothing writes the weights)
+    before ``griddepcontrol.wait``, and every load and store of an activation after it, so a
+    kernel launched early prefetches its weights while the previous one runs; the next
+    kernel is let go right after the wait (``start``) or after the last store (``end``).
+    Read from the PTX that Triton compiles for sm_90 (per thread, 16-byte copies: the heads
+    attention's weights of one head of 32 are 24 KiB over 256 threads, 6 copies; the post
+    rows' Wo, W1, W2 and the QKV rows' three blocks 96 KiB, 24)."""
+    _needs_compiler()
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", _GDC_ORDER, str(mode)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    ops = json.loads(done.stdout.splitlines()[-1])
+    weights = {"_heads_attention_gluon_kernel": 6, "_post_rows_gluon_kernel": 24,
+               "_qkv_rows_gluon_kernel": 24}  # fmt: skip
+    assert set(ops) == set(weights)
+    for name, seq in ops.items():
+        assert seq.count("griddepcontrol.wait") == 1, name
+        assert seq.count("griddepcontrol.launch_dependents") == 1, name
+        wait = seq.index("griddepcontrol.wait")
+        before = seq[:wait]
+        assert before == ["cp.async.cg.shared.global"] * weights[name], (name, before)
+        launch = seq.index("griddepcontrol.launch_dependents")
+        if mode == 1:
+            assert launch == wait + 1, name
+        else:
+            stores = [i for i, op in enumerate(seq) if op.startswith("st.global")]
+            assert stores and launch > max(stores), name
