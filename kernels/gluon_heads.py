@@ -434,6 +434,7 @@ def launch_heads_attention_gluon(
         KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
         SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, LOAD=lay.load,
         LOAD_W=lay.load_w, STOP=stop, USE_GDC=use_gdc, num_warps=num_warps,
+        **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else gluon_rows._sm_count(x.device)
     key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,
@@ -446,4 +447,4 @@ def launch_heads_attention_gluon(
     items = batch * groups
     programs = min(items, per_sm * sms, max_programs * groups or items)
     programs = max(groups, programs // groups * groups)
-    _heads_attention_gluon_kernel[(programs,)](*args, **kwargs, **pdl_launch(bool(use_gdc)))
+    _heads_attention_gluon_kernel[(programs,)](*args, **kwargs)

@@ -457,6 +457,7 @@ def launch_qkv_rows_gluon(
     kwargs = dict(
         D=d_model, BLOCK_R=ROW_BLOCK, ACC=lay.acc, OPERAND=lay.operand, SMEM_W=lay.smem,
         LOAD_W=lay.load, PREFETCH_X=num_warps == 8, USE_GDC=use_gdc, num_warps=num_warps,
+        **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)
     per_sm = _programs_per_sm(
@@ -466,7 +467,7 @@ def launch_qkv_rows_gluon(
     )
     tiles = -(-num_rows // ROW_BLOCK)
     programs = min(tiles, per_sm * sms, max_programs or tiles)
-    _qkv_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs, **pdl_launch(bool(use_gdc)))
+    _qkv_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)
 
 
 def qkv_shared_bytes(d_model: int, num_warps: int = 4) -> int:
@@ -519,6 +520,7 @@ def launch_post_rows_gluon(
         PREFETCH_X=num_warps == 8, ACC=lay.acc,
         OPERAND=lay.operand, SMEM_W=lay.smem, SMEM_CTX=lay.smem, LOAD_W=lay.load,
         LOAD_CTX=lay.load, num_warps=num_warps, STOP=stop, USE_GDC=use_gdc,
+        **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
     sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)  # H100 / H200: 132
     key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, next_norm,
@@ -530,4 +532,4 @@ def launch_post_rows_gluon(
     )
     tiles = -(-num_rows // ROW_BLOCK)
     programs = min(tiles, per_sm * sms, max_programs or tiles)
-    _post_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs, **pdl_launch(bool(use_gdc)))
+    _post_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)
