@@ -10,8 +10,8 @@
 # its debug sweep (scripts/gluon_rows_debug.py, scripts/gluon_heads_debug.py: which stage,
 # which rows and columns are off) and no profile of it; then case 6's, 2's and 1's kernel
 # profiles of the table's entry and the plans of the kernels that passed (one process a
-# case); the compiled kernel checks last, where time is left. Returned: s29_first.log. The
-# next calls (README, "Next device calls") export.
+# case); the compiled kernel checks last, where time is left. Returned: s29_first.log,
+# s29_tests.log (every test's verdict). The next calls (README, "Next device calls") export.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
@@ -21,11 +21,13 @@ quiet() { grep -v -i warn | grep -v "retry =" | grep -v "leaked"; }
 # Both kernels' GPU tests in one process (one CUDA context, one compile cache); a failure
 # in one file leaves the other kernel's profiles.
 step "GPU tests: the Gluon post rows and heads attention against the Triton kernels and the rule"
-KERNELS_TEST_DEVICE=cuda timeout 360 python3 -m pytest -q -rf -p no:cacheprovider \
+# -v: a test that hangs (a wait that never completes) is the last name in the log.
+KERNELS_TEST_DEVICE=cuda timeout 360 python3 -m pytest -v -rf -p no:cacheprovider \
   tests/kernels/test_gluon_rows.py tests/kernels/test_gluon_heads.py 2>&1 | quiet \
-  > /tmp/s29_tests.log
+  > "$OUT/s29_tests.log"
 rc=${PIPESTATUS[0]}
-tail -40 /tmp/s29_tests.log | tee -a "$LOG"
+cp "$OUT/s29_tests.log" /tmp/s29_tests.log
+grep -v " PASSED \| SKIPPED " /tmp/s29_tests.log | tail -40 | tee -a "$LOG"
 echo "pytest rc=$rc" | tee -a "$LOG"
 ok_rows=1
 ok_heads=1
