@@ -212,7 +212,7 @@ if not GLUON_ERROR:
             _copies_visible()  # (the fence also orders the stores above before wgmma)
             for t in range(SLOTS):
                 # A loop, not unrolled: unrolled over 4 heads it spilled 664 B a thread
-                # (offline, Triton 3.6, case 6), 203 registers and no spills as a loop.
+                # (offline, Triton 3.6, case 6), 201 registers and no spills as a loop.
                 buf = (count + t) % KV_BUFS
                 c0 = col0 + t * SW  # the slot's first column
                 offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
@@ -294,7 +294,9 @@ def copy_layout(rows: int, cols: int, num_warps: int) -> tuple[int, int, int]:
 
 
 def _blocked(rows: int, cols: int, num_warps: int) -> object:
-    vec, along, _ = copy_layout(rows, cols, num_warps)
+    vec, along, span = copy_layout(rows, cols, num_warps)
+    # every supported shape (tests/kernels/test_gluon_heads.py): no element copied twice
+    assert span <= rows and along * vec <= cols, (rows, cols, num_warps)
     return gl.BlockedLayout(
         size_per_thread=[1, vec],
         threads_per_warp=[32 // along, along],
@@ -358,32 +360,34 @@ def gluon_heads_problems(
             f"head_dim {head_dim or 'undefined'} is not one of {SUPPORTED_HEAD_DIMS} "
             "(wgmma's reduction over the head dim takes multiples of 16; 8 goes in pairs)"
         )
-    if heads < 1 or num_heads % heads:
-        out.append(f"{heads} heads a program does not divide num_heads={num_heads}")
-    elif head_dim in SUPPORTED_HEAD_DIMS and heads % (slot_width(head_dim) // head_dim):
-        out.append(
-            f"head dim {head_dim} runs in pairs of heads (16 columns, wgmma's smallest "
-            f"reduction): take an even number of heads a program, not {heads}"
-        )
+    pair = slot_width(head_dim) // head_dim if head_dim in SUPPORTED_HEAD_DIMS else 1
+    if heads < 1 or num_heads % heads or heads % pair:
+        fits = [g for g in range(pair, num_heads + 1, pair) if num_heads % g == 0]
+        why = f"{heads} heads a program does not divide num_heads={num_heads}"
+        if head_dim in SUPPORTED_HEAD_DIMS and heads >= 1 and not num_heads % heads:
+            why = (f"head dim {head_dim} runs in pairs of heads (16 columns, wgmma's smallest "
+                   f"reduction): {heads} heads a program is odd")  # fmt: skip
+        out.append(f"{why}; set attn_gluon (tiling.gluon_heads) to one of {fits}")
     for name, value in (("gemm_precision", gemm_precision), ("attn_precision", attn_precision)):
         if value != "fp16":
-            out.append(f"{name} {value!r} is not 'fp16'")
+            out.append(
+                f"the {name.split('_')[0]} operands are {value!r} here; the Gluon heads "
+                f"attention takes fp16 ({name}=fp16)"
+            )
     if num_warps not in (4, 8):
         out.append(f"{num_warps} attention warps: wgmma takes 4 (one warpgroup) or 8")
     elif seq_len > block_s(num_warps):
+        way = (
+            "use 8 attention warps (S <= 128) or attn_gluon=0 (the Triton heads kernel)"
+            if num_warps == 4 and seq_len <= block_s(8)
+            else "use attn_gluon=0 (the Triton heads kernel) or fused_layer=rows"
+        )
         out.append(
             f"seq_len {seq_len} > {block_s(num_warps)} (every key in one tile: 64 rows a "
-            "warpgroup); use 8 attention warps (S <= 128) or the Triton heads kernel"
+            f"warpgroup of {num_warps} warps); {way}"
         )
     if out:
         return out
-    sw = slot_width(head_dim)
-    cover = copy_layout(sw, d_model, num_warps)[2]  # rows the weight copies span
-    if sw < cover:
-        out.append(
-            f"a slot's {sw} weight rows are fewer than the {cover} rows the copies of "
-            f"{num_warps} warps span at d_model {d_model}; use 4 attention warps"
-        )
     need = gluon_heads_shared_bytes(d_model, head_dim, heads, num_warps)
     if need > SMEM_LIMIT:
         out.append(f"{need} bytes of shared memory a program (the limit is {SMEM_LIMIT})")
@@ -415,7 +419,6 @@ def launch_heads_attention_gluon(
     ``max_programs``, at most that many a group (debugging: several sequences a program).
     ``stop``: the kernel's ``STOP``; ``use_gdc``: its ``USE_GDC`` (launched with
     programmatic dependent launch when set)."""
-    from kernels import _triton
 
     batch, seq_len, d_model = x.shape
     head_dim = d_model // num_heads
@@ -436,15 +439,11 @@ def launch_heads_attention_gluon(
         LOAD_W=lay.load_w, STOP=stop, USE_GDC=use_gdc, num_warps=num_warps,
         **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
-    sms = 132 if _triton.OFFLINE_ARCH is not None else gluon_rows._sm_count(x.device)
     key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,
            mask_bytes is not None, normed is not None, stop, use_gdc)  # fmt: skip
-    per_sm = gluon_rows._programs_per_sm(
+    programs = gluon_rows.persistent_programs(
         key,
         lambda: _heads_attention_gluon_kernel.warmup(*args, grid=(groups,), **kwargs),
-        num_warps,
-    )
-    items = batch * groups
-    programs = min(items, per_sm * sms, max_programs * groups or items)
-    programs = max(groups, programs // groups * groups)
+        num_warps, x.device, batch * groups, max_programs * groups, groups,
+    )  # fmt: skip
     _heads_attention_gluon_kernel[(programs,)](*args, **kwargs)

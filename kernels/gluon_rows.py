@@ -433,6 +433,21 @@ def _programs_per_sm(key: tuple, compile_kernel: Callable[[], Any], num_warps: i
     return _PROGRAMS[key]
 
 
+def persistent_programs(
+    key: tuple, compile_kernel: Callable[[], Any], num_warps: int, device: torch.device,
+    items: int, max_programs: int = 0, multiple: int = 1,
+) -> int:  # fmt: skip
+    """A persistent grid: the programs the SMs hold (``_programs_per_sm`` times the SMs; 132
+    offline, an H100's or H200's), at most one an item and at most ``max_programs`` when set,
+    rounded down to a multiple of ``multiple`` (at least one multiple)."""
+    from kernels import _triton
+
+    sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(device)
+    slots = _programs_per_sm(key, compile_kernel, num_warps) * sms
+    programs = min(items, slots, max_programs or items)
+    return max(multiple, programs // multiple * multiple)
+
+
 def launch_qkv_rows_gluon(
     x: torch.Tensor,
     qkv: torch.Tensor,
@@ -450,7 +465,6 @@ def launch_qkv_rows_gluon(
     grid of the programs the SMs hold, at most one a tile. ``use_gdc``: the kernel's
     ``USE_GDC`` (``kernels._common.gdc_mode``; launched with programmatic dependent launch
     when set)."""
-    from kernels import _triton
 
     lay = gluon_layouts(d_model, num_warps)
     args = (x, qkv, *qkv_weights, num_rows, eps)
@@ -459,15 +473,12 @@ def launch_qkv_rows_gluon(
         LOAD_W=lay.load, PREFETCH_X=num_warps == 8, USE_GDC=use_gdc, num_warps=num_warps,
         **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
-    sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)
-    per_sm = _programs_per_sm(
+    programs = persistent_programs(
         ("qkv", x.device.index, d_model, num_warps, use_gdc),
         lambda: _qkv_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
-        num_warps,
-    )
-    tiles = -(-num_rows // ROW_BLOCK)
-    programs = min(tiles, per_sm * sms, max_programs or tiles)
-    _qkv_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)
+        num_warps, x.device, -(-num_rows // ROW_BLOCK), max_programs,
+    )  # fmt: skip
+    _qkv_rows_gluon_kernel[(programs,)](*args, **kwargs)
 
 
 def qkv_shared_bytes(d_model: int, num_warps: int = 4) -> int:
@@ -510,7 +521,6 @@ def launch_post_rows_gluon(
     SMs hold, at most one a tile (at most ``max_programs`` when set: a debugging run's
     several tiles a program). ``stop``: the kernel's ``STOP``; ``use_gdc``: its ``USE_GDC``
     (launched with programmatic dependent launch when set)."""
-    from kernels import _triton
 
     lay = gluon_layouts(d_model, num_warps)
     args = (x, ctx, out, mask_arg, *post_weights, qkv, *qkv_weights, normed, num_rows, eps)
@@ -522,14 +532,11 @@ def launch_post_rows_gluon(
         LOAD_CTX=lay.load, num_warps=num_warps, STOP=stop, USE_GDC=use_gdc,
         **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
-    sms = 132 if _triton.OFFLINE_ARCH is not None else _sm_count(x.device)  # H100 / H200: 132
     key = (x.device.index, d_model, has_key_mask, final_norm, gelu_poly, next_qkv, next_norm,
            num_warps, stop, use_gdc)  # fmt: skip
-    per_sm = _programs_per_sm(
+    programs = persistent_programs(
         key,
         lambda: _post_rows_gluon_kernel.warmup(*args, grid=(1,), **kwargs),
-        num_warps,
-    )
-    tiles = -(-num_rows // ROW_BLOCK)
-    programs = min(tiles, per_sm * sms, max_programs or tiles)
-    _post_rows_gluon_kernel[(max(1, programs),)](*args, **kwargs)
+        num_warps, x.device, -(-num_rows // ROW_BLOCK), max_programs,
+    )  # fmt: skip
+    _post_rows_gluon_kernel[(programs,)](*args, **kwargs)

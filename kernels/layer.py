@@ -1290,7 +1290,7 @@ def not_supported_reasons(
     reasons = _config_errors(variant=variant, tiling=tiling, **shape, **precisions)
     if tiling.pdl:
         reasons += pdl_reasons(device_type, capability)
-    if variant == "heads":
+    if variant == "heads" and not tiling.gluon_heads:  # (the Gluon kernel has no such tile)
         reasons += fused_row_tile_reasons(
             "attn_block_m", tiling.block_m, "fused heads layer", device_type
         )

@@ -48,11 +48,12 @@ G="$G0, \"pdl\": false"
 # (attn_gluon at 1, 2 and 4 heads a program, where they divide the heads and the head dim is
 # 8-128, heads of 8 in pairs; the Triton heads kernel's tiles and stages at one setting, as
 # the space asks; the attention's warps as the sequence needs: 4 up to 64 tokens, else 8),
-# alone and with the Gluon post rows; with both, one head a program launched with pdl
-# (each Gluon kernel copies its weights before it waits for its predecessor), either trigger.
+# alone and with the Gluon post rows; with both, one head a program (two of 8) launched with
+# pdl (each Gluon kernel copies its weights before it waits for its predecessor), either
+# trigger.
 A0='"attn_block_m": 64, "attn_block_n": 64, "attn_stages": 2, "attn_warps": "fit"'
 A="$A0, \"pdl\": false"
-[ "$OVERLAYS" = gheads ] && OVERLAYS="{$A, \"attn_gluon\": 1};{$A, \"attn_gluon\": 2};{$A, \"attn_gluon\": 4};{$A0, $G, \"attn_gluon\": 1, \"row_warps\": 8};{$A0, $G, \"attn_gluon\": 2, \"row_warps\": 8};{$A0, $G, \"attn_gluon\": 4};{$A0, $G0, \"attn_gluon\": 1, \"row_warps\": 8, \"pdl\": true};{$A0, $G0, \"attn_gluon\": 1, \"row_warps\": 8, \"pdl\": true, \"pdl_trigger\": \"end\"}"
+[ "$OVERLAYS" = gheads ] && OVERLAYS="{$A, \"attn_gluon\": 1};{$A, \"attn_gluon\": 2};{$A, \"attn_gluon\": 4};{$A0, $G, \"attn_gluon\": 1, \"row_warps\": 8};{$A0, $G, \"attn_gluon\": 2, \"row_warps\": 8};{$A0, $G, \"attn_gluon\": 4};{$A0, $G0, \"attn_gluon\": \"fewest\", \"row_warps\": 8, \"pdl\": true};{$A0, $G0, \"attn_gluon\": \"fewest\", \"row_warps\": 8, \"pdl\": true, \"pdl_trigger\": \"end\"}"
 LOG="$OUT/s24_export.log"
 TOTAL=${TOTAL:-560}
 left() { echo $(( TOTAL - SECONDS )); }
@@ -95,15 +96,18 @@ for c in sys.argv[1].split(","):
             entry.get("fused_layer") not in ("heads", "rows") or entry.get("row_attn_post")
         ):
             continue  # session 28: the Gluon kernel replaces the heads / rows post rows
-        if over.get("attn_gluon") and (
-            entry.get("fused_layer") != "heads"
-            or config.num_heads % over["attn_gluon"]
-            or config.head_dim not in (8, 16, 32, 64, 128)
-            or (config.head_dim == 8 and over["attn_gluon"] % 2)  # heads of 8 in pairs
-        ):
-            continue  # session 29: the Gluon heads attention's groups and head dims
         if over.get("attn_warps") == "fit":  # 64 rows a warpgroup: every key in one tile
             over = dict(over, attn_warps=4 if config.seq_len <= 64 else 8)
+        if over.get("attn_gluon") == "fewest":  # one head a program; heads of 8 in pairs
+            over = dict(over, attn_gluon=2 if config.head_dim == 8 else 1)
+        if over.get("attn_gluon"):  # session 29: the Gluon heads attention's own rules
+            from kernels.gluon_heads import gluon_heads_problems
+            if entry.get("fused_layer") != "heads" or gluon_heads_problems(
+                seq_len=config.seq_len, d_model=config.d_model, num_heads=config.num_heads,
+                heads=over["attn_gluon"], gemm_precision="fp16", attn_precision="fp16",
+                num_warps=over.get("attn_warps", entry.get("attn_warps", 4)),
+            ):
+                continue
         if over.get("row_next_qkv") and entry.get("fused_layer") != "rows":
             continue  # the rows chain
         if (

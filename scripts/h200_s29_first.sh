@@ -22,7 +22,7 @@ quiet() { grep -v -i warn | grep -v "retry =" | grep -v "leaked"; }
 # in one file leaves the other kernel's profiles.
 step "GPU tests: the Gluon post rows and heads attention against the Triton kernels and the rule"
 # -v: a test that hangs (a wait that never completes) is the last name in the log.
-KERNELS_TEST_DEVICE=cuda timeout 360 python3 -m pytest -v -rf -p no:cacheprovider \
+KERNELS_TEST_DEVICE=cuda timeout 360 python3 -m pytest -v -rfE -p no:cacheprovider \
   tests/kernels/test_gluon_rows.py tests/kernels/test_gluon_heads.py 2>&1 | quiet \
   > "$OUT/s29_tests.log"
 rc=${PIPESTATUS[0]}
@@ -65,7 +65,8 @@ PY
 # plans (session 29, with the Gluon post rows: only where both passed; the Triton post rows
 # variant of case 6 where only the heads passed).
 plans_for() {
-  local c=$1 out="@/tmp/s29_c$c.json"
+  local c=$1
+  local out="@/tmp/s29_c$c.json"
   [ "$ok_rows" -eq 1 ] && out="$out $(ls docs/plans/s28/c${c}_gluon_w*.json | sed 's/^/@/' | xargs)"
   if [ "$ok_heads" -eq 1 ]; then
     case $c in
@@ -85,11 +86,9 @@ for c in 6 2 1; do
       2>&1 | quiet | tee -a "$LOG" | tail -40
   fi
 done
-if fits 120 "the compiled kernel checks"; then
+if fits 160 "the compiled kernel checks"; then
   step "kernels check (compiled): the Gluon layer checks (post rows, heads attention)"
-  for m in gluon gheads; do
-    timeout 100 python3 -m autotune kernels check --match $m 2>&1 | quiet \
-      | grep -E "FAIL|PASS|passed|failed" | tee -a "$LOG"
-  done
+  timeout 150 python3 -m autotune kernels check --match gluon --match gheads 2>&1 | quiet \
+    | grep -E "FAIL|PASS|passed|failed" | tee -a "$LOG"
 fi
 step "done"

@@ -208,8 +208,8 @@ SPACE = {
         {"name": "row_gluon", "values": [False, True], "when": {"fused_layer": _LAYERS}},
         # The heads attention in Gluon (session 29, kernels/gluon_heads.py): persistent, a
         # group of heads' q, k, v weights resident, every key in one tile. Built without a
-        # device; offline (Triton 3.6, case 6's shape, 4 heads a program, 8 warps): 203
-        # registers, 160 KiB, no spills.
+        # device; offline (Triton 3.6, case 6's shape, 4 heads a program, 8 warps): 190-201
+        # registers, 160 KiB, no spills. pdl: its weights copied before it waits.
         {"name": "attn_gluon", "values": [0, 1, 2, 4], "when": {"fused_layer": ["heads"]}},
         # Every kernel of heads / rows launched with programmatic dependent launch (sm_90+):
         # the next launch overlaps the tail of the one before (session 20: lost on 3 of 5).

@@ -4,7 +4,7 @@ at small, odd shapes (the fused block against this project's reference model).""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,10 +14,12 @@ class KernelCheckLine:
     detail: str
 
 
-def kernel_checks(device: str | None = None, match: str = "") -> Iterator[KernelCheckLine]:
+def kernel_checks(
+    device: str | None = None, match: str | Sequence[str] = ""
+) -> Iterator[KernelCheckLine]:
     """Run every registered check on ``device`` (default: CUDA if present, else the CPU,
-    where kernels run under ``TRITON_INTERPRET=1``), or those whose name contains ``match``;
-    a check that raises fails, with why."""
+    where kernels run under ``TRITON_INTERPRET=1``), or those whose name contains ``match``
+    (several: any of them; each check runs once); a check that raises fails, with why."""
     import torch
 
     from autotune.core.reference import ReferenceTransformer, TransformerConfig
@@ -27,8 +29,9 @@ def kernel_checks(device: str | None = None, match: str = "") -> Iterator[Kernel
         return ReferenceTransformer(TransformerConfig(**shape))  # type: ignore[arg-type]
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    texts = [match] if isinstance(match, str) else list(match) or [""]
     for check in iter_checks(reference):
-        if match not in check.name:
+        if not any(text in check.name for text in texts):
             continue
         try:
             result = check.run(device)

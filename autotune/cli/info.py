@@ -71,14 +71,15 @@ def cmd_kernels_check(args: argparse.Namespace) -> int:
     from autotune.backends import kernel_checks
 
     passed = failed = 0
-    for check in kernel_checks(match=args.match):
+    for check in kernel_checks(match=args.match or ""):
         print(f"{check.name:<48} {'PASS' if check.passed else 'FAIL'}  {check.detail}")
         passed += check.passed
         failed += not check.passed
     if args.match and not passed + failed:
+        named = " ".join(f"--match {text!r}" for text in args.match)
         raise ValueError(
-            f"--match {args.match!r} names no kernel check here (checks of compiled-only "
-            "features join on a GPU that has them); run without --match to list them all"
+            f"{named} names no kernel check here (checks of compiled-only features join on "
+            "a GPU that has them); run without --match to list them all"
         )
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
@@ -195,7 +196,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     ksub = p.add_subparsers(dest="kernels_command", required=True, metavar="ACTION")
     k = ksub.add_parser("check", help="every kernel against its reference at small, odd shapes")
     k.add_argument(
-        "--match", default="", metavar="TEXT", help="only the checks whose name contains TEXT"
+        "--match",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="only the checks whose name contains TEXT (repeat: any of them)",
     )
     k.set_defaults(func=cmd_kernels_check)
     k = ksub.add_parser(

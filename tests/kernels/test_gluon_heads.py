@@ -5,6 +5,8 @@ compiled resources offline in tests/kernels/test_sass.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -51,8 +53,16 @@ def test_the_shapes_and_settings_it_takes_and_why_not() -> None:
         "head_dim 4 is not one of (8, 16, 32, 64, 128)": dict(num_heads=32, heads=4),
         "head dim 8 runs in pairs of heads": dict(num_heads=16, heads=1),
         "3 heads a program does not divide num_heads=4": dict(heads=3),
-        "gemm_precision 'bf16' is not 'fp16'": dict(gemm_precision="bf16"),
-        "attn_precision 'ieee' is not 'fp16'": dict(attn_precision="ieee"),
+        "the gemm operands are 'bf16' here; the Gluon heads attention takes fp16 "
+        "(gemm_precision=fp16)": dict(gemm_precision="bf16"),
+        "the attn operands are 'ieee' here": dict(attn_precision="ieee"),
+        "set attn_gluon (tiling.gluon_heads) to one of [1, 2, 4]": dict(heads=3),
+        "is odd; set attn_gluon (tiling.gluon_heads) to one of [2, 4, 8, 16]": dict(
+            num_heads=16, heads=1
+        ),
+        "use 8 attention warps (S <= 128) or attn_gluon=0": dict(seq_len=100, num_warps=4),
+        "seq_len 200 > 128 (every key in one tile: 64 rows a warpgroup of 8 warps); use "
+        "attn_gluon=0": dict(seq_len=200),
         "2 attention warps": dict(num_warps=2),
         "seq_len 129 > 128": dict(seq_len=129),
         "seq_len 65 > 64": dict(seq_len=65, num_warps=4),
@@ -92,8 +102,11 @@ def test_support_rules_name_the_kernel_it_replaces_and_the_way_out() -> None:
         pytest.skip(gluon_heads.GLUON_ERROR)
     heads4 = Tiling(num_warps=8, gluon_heads=4)
     assert _reasons(heads4) == []
-    # the Triton tiles do not apply: 128-row tiles are the Triton heads kernel's refusal
-    assert _reasons(Tiling(num_warps=8, gluon_heads=1, block_m=64, block_n=128)) == []
+    # the Triton tiles do not apply: 128-row tiles are the Triton heads kernel's refusal,
+    # and tiles wider than the padded sequence a pointless Triton configuration
+    loose = Tiling(num_warps=4, gluon_heads=1, block_m=128, block_n=64)
+    assert _reasons(loose, seq_len=32) == []
+    assert _reasons(dataclasses.replace(loose, gluon_heads=0), seq_len=32) != []
     assert _reasons(Tiling(num_warps=8, gluon_heads=4, next_norm=True, gluon_post=True,
                            row_block=64)) == []  # fmt: skip
     rows = _reasons(heads4, variant="rows")
@@ -187,8 +200,6 @@ def test_gluon_heads_attention_matches_the_triton_kernel_and_the_rule(
         pytest.skip("Gluon runs compiled on a CUDA device only (KERNELS_TEST_DEVICE=cuda)")
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("the Gluon heads attention is built for sm_90")
-    if gluon_post and shape[2] != shape[4]:
-        pytest.skip("the Gluon post rows takes d_model = ffn_dim")
     kwargs = dict(variant="heads", precision="fp16", mask_kind=mask_kind, causal=causal,
                   shape=shape, device=device, random_norms=True)  # fmt: skip
     common = dict(block_m=32, block_n=32, num_warps=warps, row_block=64 if gluon_post else 16,
@@ -209,7 +220,9 @@ def test_gluon_heads_attention_matches_the_triton_kernel_and_the_rule(
 @pytest.mark.parametrize(
     ("shape", "heads", "warps"),
     [((1, 128, 128, 4, 128, 4), 1, 8), ((300, 64, 128, 4, 128, 2), 4, 4)],
-    ids=["one_sequence", "several_a_program"],
+    # (the ids name the Gluon post rows: h200_s29_first.sh counts such a failure against
+    # the heads attention only where the post rows passed their own tests)
+    ids=["one_sequence-gluon_post", "several_a_program-gluon_post"],
 )
 def test_programmatic_dependent_launch_changes_no_bit(shape, heads, warps, trigger, device) -> None:
     """The heads stack with both Gluon kernels launched with pdl (the weights copied before
@@ -264,7 +277,8 @@ def _several_sequences_a_program(h: int, groups: tuple[int, ...]) -> None:
     for out in outs:
         assert torch.isfinite(out).all()
         torch.testing.assert_close(out.float(), ref, rtol=1e-2, atol=1e-2)
-        torch.testing.assert_close(out, outs[0], rtol=2e-3, atol=2e-3)
+        # a head's arithmetic is the same whichever program runs it, with whichever others
+        assert torch.equal(out, outs[0])
 
 
 @pytest.mark.parametrize("broken", [False, True])

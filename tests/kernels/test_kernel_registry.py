@@ -59,6 +59,11 @@ def test_kernels_check_match_runs_only_the_named_checks(capsys) -> None:
         "ffn/bias_gelu/B2-S37-N40/fp16-io",
     ]
     assert all(line.passed for line in lines)
+    # repeated: any of them, each check once (the first also holds the second's text)
+    both = list(kernel_checks("cpu", match=["ffn/bias_gelu", "fp16-io"]))
+    names = [line.name for line in both]
+    assert set(names) > {line.name for line in lines} and len(set(names)) == len(names)
+    assert all("ffn/bias_gelu" in line.name or "fp16-io" in line.name for line in both)
     assert main(["kernels", "check", "--match", "no-such-kernel"]) == 2
     err = capsys.readouterr().err
     assert "--match 'no-such-kernel' names no kernel check here" in err
