@@ -132,6 +132,47 @@ def test_derived_weights_follow_a_reloaded_state_dict(cpu_device) -> None:
     assert check_outputs(after, expected).passed
 
 
+@pytest.mark.parametrize(
+    "attn_precision", ["fp16", "fp32"], ids=["fp16_attention", "fp32_attention"]
+)
+def test_sdpa_hands_fp16_gemms_their_context_without_a_round_trip(
+    attn_precision: str, monkeypatch, cpu_device
+) -> None:
+    """With fp16 GEMMs the PyTorch attention backends return the context in fp16 (the
+    output projection's operand type), not through fp32 and back: the same output, bit
+    for bit, as with the round trip (session 29; case 14's exact cuDNN route)."""
+    from autotune.backends import sdpa
+
+    cfg = TransformerConfig(2, 16, 32, 4, 48, 2, True)
+    plan = Plan(attention="sdpa_math", qkv="packed", heads="strided", gemm_precision="fp16",
+                attn_precision=attn_precision)  # fmt: skip
+    torch.manual_seed(0)
+    ref = ReferenceTransformer(cfg).eval()
+    cand = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 16, 32)
+    seen: list[torch.dtype] = []
+    attend = sdpa.TorchAttention.attend
+
+    def spy(self, call):  # type: ignore[no-untyped-def]
+        out = attend(self, call)
+        seen.append(out.dtype)
+        return out
+
+    monkeypatch.setattr(sdpa.TorchAttention, "attend", spy)
+    with torch.inference_mode():
+        direct = cand(x)
+    assert seen == [torch.float16, torch.float16]  # one a layer
+
+    def round_trip(self, call):  # type: ignore[no-untyped-def]
+        return attend(self, call).float()  # the context before session 29
+
+    monkeypatch.setattr(sdpa.TorchAttention, "attend", round_trip)
+    with torch.inference_mode():
+        before = cand(x)
+    assert torch.equal(direct, before)
+    assert check_outputs(direct, ref(x)).passed
+
+
 def test_mask_kinds_are_found_on_the_values() -> None:
     assert classify_mask(None) == MASK_NONE
     assert classify_mask(torch.ones(2, 4, dtype=torch.bool)) == MASK_NONE

@@ -15,7 +15,7 @@ from autotune.backends.base import (
     AttentionCall,
     register,
 )
-from autotune.backends.precision import DTYPES, matmul_precision, operand_bytes
+from autotune.backends.precision import DTYPES, context_dtype, matmul_precision, operand_bytes
 from autotune.core.device import DeviceInfo
 from autotune.core.reference import TransformerConfig
 
@@ -44,7 +44,10 @@ class TorchAttention(AttentionBackend):
             mask = None
         with matmul_precision(prec):
             ctx = self.core(q, k, v, mask, c, plan)
-        return ctx.transpose(1, 2).reshape(b, s, d).float()
+        # In the output projection's operand type: an fp16 context with fp16 GEMMs goes in
+        # as it is (it went through fp32 and back before: two passes over the context, the
+        # same bits; case 14's exact route, about 5 GB a chunk and layer).
+        return ctx.transpose(1, 2).reshape(b, s, d).to(context_dtype(plan))
 
     def core(
         self, q: Tensor, k: Tensor, v: Tensor, key_mask: Tensor | None, config: Any, plan: Any
