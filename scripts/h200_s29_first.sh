@@ -79,10 +79,10 @@ plans_for() {
   echo "$out"
 }
 for c in 6 2 1; do
-  if fits 110 "case $c profile"; then
+  if fits 150 "case $c profile"; then
     step "case $c kernel profile: $(plans_for $c)"
     # shellcheck disable=SC2046
-    timeout 110 python3 scripts/kernel_profile.py --case "$c" --forwards 5 $(plans_for $c) \
+    timeout 150 python3 scripts/kernel_profile.py --case "$c" --forwards 5 $(plans_for $c) \
       2>&1 | quiet | tee -a "$LOG" | tail -40
   fi
 done
