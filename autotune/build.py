@@ -383,19 +383,26 @@ class CandidateTransformer(ReferenceTransformer):
         weights: list[_LayerWeights],
         out: Tensor | None = None,
     ) -> Tensor:
-        """The forward; a fused layer family writes it into ``out`` when given (the caller
-        copies whatever else comes back)."""
+        """The forward; a fused layer family, or the per-layer path's last LayerNorm,
+        writes it into ``out`` when given (the caller copies whatever else comes back)."""
         if self._layer_backend.fused:
             if self._block is None:
                 self._block = self._layer_backend.prepare(self)
             return self._layer_backend.forward(
                 self._block, x, mask, self.plan, self.config, out=out
             )
-        return self._unfused_forward(x, mask, kind, weights)
+        return self._unfused_forward(x, mask, kind, weights, out)
 
     def _unfused_forward(
-        self, x: Tensor, mask: Tensor | None, kind: str, weights: list[_LayerWeights]
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        kind: str,
+        weights: list[_LayerWeights],
+        out: Tensor | None = None,
     ) -> Tensor:
+        """The per-layer path; the final LayerNorm written into ``out`` when given (a
+        batch chunk's rows of the output, a graph's ring buffer: no copy after it)."""
         norm, ffn = self._norm_backend, self._ffn_backend
         # Half GEMM operands handed along as they are: the GEMMs' half outputs go into the
         # fused add + LayerNorm and GELU kernels, which write the next GEMM's half operand
@@ -415,7 +422,8 @@ class CandidateTransformer(ReferenceTransformer):
             nxt = self.final_norm if last else self.layers[i + 1].norm1
             # Padded rows are zeroed after every layer, and in the final norm's output.
             out_dtype = fp32 if last or half is None else half
-            x, h = norm.add_norm(x, f, nxt.weight, nxt.bias, mask, last, out_dtype)
+            into = out if last and out is not None and out.dtype == out_dtype else None
+            x, h = norm.add_norm(x, f, nxt.weight, nxt.bias, mask, last, out_dtype, into)
         return h
 
     def _linear(self, x: Tensor, weight: Tensor, bias: Tensor, keep_half: bool = False) -> Tensor:

@@ -230,13 +230,17 @@ def add_layernorm(
     block_rows: int = 1,
     num_warps: int = 4,
     out_dtype: torch.dtype = torch.float32,
+    keep_sum: bool = True,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused ``s = x + delta`` (+ row zeroing) and ``y = LayerNorm(s)``; returns ``(s, y)``.
 
     ``s`` and ``y`` have x's shape. ``s`` is x itself when there is nothing to write
     (no delta, no zero_sum_rows) or when ``inplace=True``; otherwise a new tensor. ``delta``
     may be half (upcast on load); ``y`` is ``out_dtype`` (float32, float16 or bfloat16),
-    computed in fp32 and rounded once on store.
+    computed in fp32 and rounded once on store. ``keep_sum=False``: the sum is not stored
+    (a stack's last LayerNorm; the returned ``s`` is then ``x``, not the sum); ``out``: ``y``
+    is written there (x's shape, ``out_dtype``, contiguous) instead of a new tensor.
     """
     rows = _as_rows("x", x)
     num_rows, d_model = rows.shape
@@ -268,13 +272,21 @@ def add_layernorm(
         tensors["row_mask"] = row_mask
     check_launch_device(_add_layernorm_kernel, tensors)
 
-    store_sum = delta is not None or zero_sum_rows
+    store_sum = (delta is not None or zero_sum_rows) and keep_sum
     if not store_sum or inplace:
         s = x
     else:
         s = torch.empty_like(x, memory_format=torch.contiguous_format)
     s_rows = s.view(-1, d_model) if s is not x else rows
-    y = torch.empty(x.shape, device=x.device, dtype=out_dtype)
+    if out is None:
+        y = torch.empty(x.shape, device=x.device, dtype=out_dtype)
+    elif tuple(out.shape) != tuple(x.shape) or out.dtype != out_dtype or not out.is_contiguous():
+        raise ValueError(
+            f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
+            f"{out_dtype} {tuple(x.shape)} (x's shape, out_dtype)"
+        )
+    else:
+        y = out
     if num_rows == 0:
         return s, y
     mask_bytes = _row_mask_bytes(row_mask, num_rows) if row_mask is not None else rows

@@ -173,6 +173,55 @@ def test_sdpa_hands_fp16_gemms_their_context_without_a_round_trip(
     assert check_outputs(direct, ref(x)).passed
 
 
+@pytest.mark.parametrize("layernorm", ["torch", "triton"])
+def test_the_per_layer_paths_last_layernorm_writes_each_chunks_output_rows(
+    layernorm: str, monkeypatch, cpu_device
+) -> None:
+    """In batch chunks, the per-layer path's final LayerNorm writes each chunk's rows of the
+    output itself (the Triton one without storing the sum nothing reads): no copy after it,
+    the output equal bit for bit to the unchunked forward's (session 29)."""
+    import kernels.layernorm as ln
+
+    cfg = TransformerConfig(4, 12, 32, 4, 48, 2, True)
+    plan = Plan(attention="sdpa_math", gemm_precision="fp16", attn_precision="fp16",
+                qkv="packed", layernorm=layernorm, ffn_act="torch")  # fmt: skip
+    torch.manual_seed(0)
+    ref = ReferenceTransformer(cfg).eval()
+    whole = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    chunked = build_candidate(plan.replace(batch_chunk=2), cfg, cpu_device, ref.state_dict())
+    x = torch.randn(4, 12, 32)
+    mask = torch.arange(12)[None] < torch.tensor([12, 9, 12, 5])[:, None]
+    calls: list[tuple[bool, bool]] = []
+    plain = ln.add_layernorm
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append((kwargs.get("out") is not None, kwargs.get("keep_sum", True)))
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(ln, "add_layernorm", spy)
+    copies: list[int] = []
+    copy = torch.Tensor.copy_
+
+    def count(self, src, *a, **k):  # type: ignore[no-untyped-def]
+        copies.append(src.numel())
+        return copy(self, src, *a, **k)
+
+    with torch.inference_mode():
+        expected = whole(x, mask)
+        calls.clear()
+        monkeypatch.setattr(torch.Tensor, "copy_", count)
+        got = chunked(x, mask)
+        monkeypatch.setattr(torch.Tensor, "copy_", copy)
+    assert torch.equal(got, expected)
+    assert check_outputs(got, ref(x, mask)).passed
+    if layernorm == "triton":  # a chunk: the first LayerNorm, 2 a layer; the last into out
+        per_chunk = [(False, True)] * 4 + [(True, False)]
+        assert calls == per_chunk * 2
+        assert x.numel() // 2 not in copies  # no chunk's output copied after the forward
+    else:  # the torch LayerNorm copies its result into the chunk's rows itself
+        assert copies.count(x.numel() // 2) == 2
+
+
 def test_mask_kinds_are_found_on_the_values() -> None:
     assert classify_mask(None) == MASK_NONE
     assert classify_mask(torch.ones(2, 4, dtype=torch.bool)) == MASK_NONE

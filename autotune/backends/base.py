@@ -129,11 +129,14 @@ class NormBackend(Backend):
         rows: Tensor | None = None,
         zero_out: bool = False,
         out_dtype: torch.dtype = torch.float32,
+        out: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """``x + delta`` (fp32; ``delta`` may be half; None: ``x`` itself, the first
         layer's LayerNorm) and its LayerNorm as ``out_dtype``; with ``rows`` (the token
         mask) the sum's padded rows are zeroed, and with ``zero_out`` the normed output's
-        too."""
+        too. ``out`` (the stack's last LayerNorm: the forward's output buffer): the
+        LayerNorm is written there, and the sum, which nothing reads after it, need not be
+        stored (the returned sum may then be ``x``)."""
         raise NotImplementedError
 
 

@@ -24,6 +24,7 @@ class TorchNorm(NormBackend):
         rows: Tensor | None = None,
         zero_out: bool = False,
         out_dtype: torch.dtype = torch.float32,
+        out: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         padded = None if rows is None else ~rows.unsqueeze(-1)
         if delta is not None:
@@ -33,6 +34,8 @@ class TorchNorm(NormBackend):
         h = F.layer_norm(x, (x.shape[-1],), weight, bias, LAYERNORM_EPS)
         if zero_out and padded is not None:
             h = h.masked_fill(padded, 0.0)
+        if out is not None:
+            return x, out.copy_(h)
         return x, h.to(out_dtype)
 
 
@@ -53,6 +56,7 @@ class TritonNorm(NormBackend):
         rows: Tensor | None = None,
         zero_out: bool = False,
         out_dtype: torch.dtype = torch.float32,
+        out: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         from kernels.layernorm import add_layernorm
 
@@ -66,4 +70,6 @@ class TritonNorm(NormBackend):
             zero_sum_rows=rows is not None,
             zero_out_rows=rows is not None and zero_out,
             out_dtype=out_dtype,
+            keep_sum=out is None,  # the last LayerNorm's sum: read by nothing after it
+            out=out,
         )

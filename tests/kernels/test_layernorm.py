@@ -119,6 +119,31 @@ def test_inplace_writes_the_sum_into_x(device: str) -> None:
     assert_matches(x, expected)
 
 
+def test_the_last_layernorm_writes_into_out_and_stores_no_sum(device: str) -> None:
+    """``keep_sum=False, out=buf`` (a stack's last LayerNorm, the forward's output buffer):
+    the normed rows land in ``buf``, bit for bit those of a plain call, padded rows zeroed,
+    and no sum is stored (x comes back unchanged); a buffer of another shape, dtype or
+    layout is refused with what it should be."""
+    inputs = make_inputs(3, 7, 40)
+    x = inputs["x"].to(device)
+    args = (
+        x,
+        on(device, inputs["delta"]),
+        on(device, inputs["weight"]),
+        on(device, inputs["bias"]),
+    )
+    flags = dict(row_mask=on(device, inputs["row_mask"]), zero_sum_rows=True, zero_out_rows=True)
+    _, plain = add_layernorm(*args, **flags)
+    before = x.clone()
+    buf = torch.full_like(x, float("nan"))
+    s, y = add_layernorm(*args, **flags, keep_sum=False, out=buf)
+    assert y.data_ptr() == buf.data_ptr() and torch.equal(buf, plain)
+    assert s is x and torch.equal(x, before)
+    for bad in (buf[:, :6], buf.half(), buf.transpose(0, 1).contiguous().transpose(0, 1)):
+        with pytest.raises(ValueError, match="out has shape"):
+            add_layernorm(*args, **flags, out=bad)
+
+
 def test_without_delta_or_zeroing_the_sum_is_x_itself(device: str) -> None:
     inputs = make_inputs(1, 5, 40, with_delta=False)
     x = inputs["x"].to(device)
