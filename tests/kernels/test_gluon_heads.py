@@ -14,26 +14,14 @@ pytest.importorskip("triton")
 
 from kernels import gluon_heads
 from kernels._tolerance import PROJECT_RULE, compare
-from kernels.layer import Tiling, not_supported_reasons
+from kernels.layer import Tiling
+from tests.kernels.test_gluon_rows import _reasons as rows_reasons
 from tests.kernels.test_layer import run_stack
 
 
 def _reasons(tiling: Tiling, **changes) -> list[str]:
-    args = dict(
-        variant="heads",
-        seq_len=128,
-        d_model=128,
-        num_heads=4,
-        ffn_dim=128,
-        tiling=tiling,
-        gemm_precision="fp16",
-        attn_precision="fp16",
-        device_type="cuda",
-        capability=(9, 0),
-        smem_bytes=232448,
-    )
-    args.update(changes)
-    return not_supported_reasons(**args)
+    """test_gluon_rows' support-rule call (case 6's shape on an H200), variant heads."""
+    return rows_reasons(tiling, **{"variant": "heads", **changes})
 
 
 def _problems(**changes) -> list[str]:
