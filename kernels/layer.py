@@ -1348,7 +1348,7 @@ def not_supported_reasons(
     )
     if device_type == "cuda" and not reasons:
         reasons.extend(precision_reasons(attn_precision, capability))
-    if uses_gluon(tiling) and not reasons:
+    if uses_gluon(tiling):  # whatever else is wrong: the device check names the knob
         name = "gluon_post" if tiling.gluon_post else "gluon_heads"
         if device_type != "cuda":  # (under the interpreter the launcher refuses it)
             reasons.append(

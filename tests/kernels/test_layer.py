@@ -35,8 +35,8 @@ def _mask(kind: str, b: int, s: int, gen: torch.Generator) -> torch.Tensor | Non
         return None
     if kind == "all-true":
         return torch.ones(b, s, dtype=torch.bool)
-    if kind == "right-padded":  # one row keeps a single token
-        lengths = torch.tensor([s, 1, s - 5][:b])
+    if kind == "right-padded":  # one row in three keeps a single token
+        lengths = torch.tensor([s, 1, max(s - 5, 1)] * (b // 3 + 1))[:b]
         return torch.arange(s)[None, :] < lengths[:, None]
     holes = torch.rand(b, s, generator=gen) < 0.6
     holes[:, 0] = True
