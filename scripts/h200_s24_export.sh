@@ -121,13 +121,15 @@ for c in sys.argv[1].split(","):
         n += 1
         json.dump(plan, open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
     print(f"case {c}: {n} overlaid plan(s) of the entry")
-    # Session 27: whole plans beside the overlays ($EXTRA_PLANS, a glob), for every case.
-    extra = sorted(glob.glob(sys.argv[3])) if sys.argv[3] else []
+    # Session 27: whole plans beside the overlays ($EXTRA_PLANS, a glob), for every case;
+    # session 30: {case} in it stands for the case (EXTRA_PLANS='docs/plans/s29/c{case}_*.json')
+    pattern = sys.argv[3].replace("{case}", c)
+    extra = sorted(glob.glob(pattern)) if pattern else []
     for f in extra:
         n += 1
         json.dump(json.load(open(f)), open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
     if extra:
-        print(f"case {c}: {len(extra)} plan file(s) from {sys.argv[3]}")
+        print(f"case {c}: {len(extra)} plan file(s) from {pattern}")
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
 # The export re-measures about 45 s a case (session 23: 256 s for 6); a study starts only

@@ -22,7 +22,8 @@ quiet() { grep -v -i warn | grep -v "retry =" | grep -v "leaked"; }
 # in one file leaves the other kernel's profiles.
 step "GPU tests: the Gluon post rows and heads attention against the Triton kernels and the rule"
 # -v: a test that hangs (a wait that never completes) is the last name in the log.
-KERNELS_TEST_DEVICE=cuda timeout 360 python3 -m pytest -v -rfE -p no:cacheprovider \
+# TESTS_K: a pytest -k expression (session 30: the 13 tests that failed in the first run)
+KERNELS_TEST_DEVICE=cuda timeout 360 python3 -m pytest -v -rfE -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
   tests/kernels/test_gluon_rows.py tests/kernels/test_gluon_heads.py 2>&1 | quiet \
   > "$OUT/s29_tests.log"
 rc=${PIPESTATUS[0]}
