@@ -79,7 +79,7 @@ plans_for() {
   fi
   echo "$out"
 }
-for c in 6 2 1; do
+for c in ${PROFILE_CASES:-6 2 1}; do  # PROFILE_CASES: which cases' profiles, in order
   if fits 150 "case $c profile"; then
     step "case $c kernel profile: $(plans_for $c)"
     # shellcheck disable=SC2046
