@@ -10,7 +10,7 @@ set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 END=${END:-575}  # the call's seconds in all
 TESTS_K=${TESTS_K-"right or support or several_a_program"} PROFILE_CASES=${PROFILE_CASES-"6 2"} \
-  TOTAL=${FIRST_S:-250} bash scripts/h200_s29_first.sh
+  TOTAL=${FIRST_S:-330} bash scripts/h200_s29_first.sh
 echo "first step: rc=$? after ${SECONDS}s" | tee -a "$OUT/s29_first.log"
 OVERLAYS=${OVERLAYS-gluon} CASES=${CASES:-6,2} EXTRA_PLANS=${EXTRA_PLANS-'docs/plans/s29/c{case}_*.json'} \
   TOTAL=$(( END - SECONDS )) bash scripts/h200_s24_export.sh
