@@ -123,13 +123,32 @@ for c in sys.argv[1].split(","):
     print(f"case {c}: {n} overlaid plan(s) of the entry")
     # Session 27: whole plans beside the overlays ($EXTRA_PLANS, a glob), for every case;
     # session 30: {case} in it stands for the case (EXTRA_PLANS='docs/plans/s29/c{case}_*.json')
+    # session 31: several globs, space-separated; a plan whose Gluon heads attention cannot
+    # take this case's shape is left out, as the overlays above are
     pattern = sys.argv[3].replace("{case}", c)
-    extra = sorted(glob.glob(pattern)) if pattern else []
+    extra = sorted({f for g in pattern.split() for f in glob.glob(g)})
+    taken = 0
     for f in extra:
+        plan = json.load(open(f))
+        if plan.get("attn_gluon"):
+            from kernels.gluon_heads import gluon_heads_problems
+            why = gluon_heads_problems(
+                seq_len=config.seq_len, d_model=config.d_model, num_heads=config.num_heads,
+                heads=plan["attn_gluon"], gemm_precision=plan.get("gemm_precision", "fp16"),
+                attn_precision=plan.get("attn_precision", "fp16"),
+                num_warps=plan.get("attn_warps", 4),
+            )
+            if why:
+                print(f"case {c}: {f} left out: {why[0]}")
+                continue
+        if plan in seen:
+            continue
+        seen.append(plan)
         n += 1
-        json.dump(json.load(open(f)), open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
+        taken += 1
+        json.dump(plan, open(f"/tmp/s24_plans/{c}_{n}.json", "w"))
     if extra:
-        print(f"case {c}: {len(extra)} plan file(s) from {pattern}")
+        print(f"case {c}: {taken} of {len(extra)} plan file(s) from {pattern}")
 PY
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
 # The export re-measures about 45 s a case (session 23: 256 s for 6); a study starts only
