@@ -11,6 +11,7 @@ set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s31_ncu.log"
+TOTAL=${TOTAL:-560}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 "$NCU" --version | tail -1 | tee -a "$LOG"
 python3 - <<'PY' || { echo "plan files not written: stop" | tee -a "$LOG"; exit 1; }
@@ -28,6 +29,7 @@ PY
 for item in "6:heads:_heads_attention_gluon_kernel:5" "6:post:_post_rows_gluon_kernel:5" \
   "2:heads:_heads_attention_gluon_kernel:5"; do
   IFS=: read -r c name kernel skip <<< "$item"
+  fits 100 "ncu, case $c $name" || continue
   step "ncu, case $c $name ($kernel, skip $skip)"
   timeout 150 "$NCU" --clock-control none --kernel-name "regex:$kernel" --launch-skip "$skip" \
     --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
