@@ -11,6 +11,6 @@ export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 END=${END:-575}  # the call's seconds in all
 OVERLAYS=${OVERLAYS-} CASES=${CASES:-6,1,5,11} \
   EXTRA_PLANS=${EXTRA_PLANS-'docs/plans/s29/c{case}_heads_gluon4*.json docs/plans/s29/heads_gluon_g*.json'} \
-  TOTAL=${EXPORT_S:-400} bash scripts/h200_s24_export.sh
+  TOTAL=${EXPORT_S:-450} bash scripts/h200_s24_export.sh
 echo "export: rc=$? after ${SECONDS}s" | tee -a "$OUT/s24_export.log"
 TOTAL=$(( END - SECONDS )) bash scripts/h200_s31_ncu.sh
