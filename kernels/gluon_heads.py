@@ -17,10 +17,15 @@ for the whole run and loops over sequences (``S <= 64`` a warpgroup: every key i
   once); k and v go to shared memory (two buffers by head parity, so one CTA barrier a head
   orders writes after every warp's reads), q stays in registers as the next wgmma's A
   operand;
-- the scores are one wgmma over every key (``[S, S]``, fp32), masked (causal, key padding,
-  the key mask's bytes), an exact softmax in the log2 domain, the probabilities rounded to
-  fp16 and multiplied by v in one more wgmma, divided by the row sums at the end (a row
-  with no valid key: context 0, as the Triton kernel).
+- the scores are one wgmma over every key (``[S, S]``, fp32), masked (causal, keys past
+  the sequence, the key mask), an exact softmax in the log2 domain, the probabilities
+  rounded to fp16 and multiplied by v in one more wgmma, divided by the row sums at the end
+  (a row with no valid key: context 0, as the Triton kernel);
+- the key mask is read once a sequence (one past its last valid key, and whether every key
+  before that is valid): a full or right-padded sequence (the official inputs' masks) is
+  masked by position alone, one compare an element, and only a sequence with holes runs
+  the heads' code that reads the mask's bytes (session 31: the bytes were read by each
+  head, on the scores' critical path, 16 loads a thread).
 
 fp16 operands and fp32 accumulation throughout, as the Triton kernel with fp16 GEMM and
 attention precisions; the same one-tile softmax as its single key block. Gluon has no
@@ -110,32 +115,47 @@ if not GLUON_ERROR:
         return q, k, v
 
     @gluon.jit
-    def _attend(q, k_tile, v_tile, key_mask_ptr, b, seq_len, qk_scale, BLOCK_S: gl.constexpr,
-                HD: gl.constexpr, CAUSAL: gl.constexpr, HAS_KEY_MASK: gl.constexpr,
-                ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr,
-                P_OP: gl.constexpr):  # fmt: skip
+    def _key_extent(key_mask_ptr, b, seq_len, BLOCK_S: gl.constexpr, LAYOUT: gl.constexpr):
+        """Sequence ``b``'s key mask as two scalars, read once a sequence: one past its last
+        valid key, and whether every key before that is valid (a full or right-padded
+        mask, which the heads apply by position, reading no byte)."""
+        offs_j = gl.arange(0, BLOCK_S, layout=LAYOUT)
+        inside = offs_j < seq_len
+        kb = gl.load(key_mask_ptr + b.to(gl.int64) * seq_len + offs_j, mask=inside, other=0)
+        valid = inside & (kb != 0)
+        end = gl.max(gl.where(valid, offs_j + 1, 0), axis=0)
+        return end, gl.sum(valid.to(gl.int32), axis=0) == end
+
+    @gluon.jit
+    def _attend(q, k_tile, v_tile, key_mask_ptr, b, seq_len, key_end, qk_scale,
+                BLOCK_S: gl.constexpr, HD: gl.constexpr, CAUSAL: gl.constexpr,
+                MASK_BYTES: gl.constexpr, ACC_H: gl.constexpr, ACC_S: gl.constexpr,
+                Q_OP: gl.constexpr, P_OP: gl.constexpr):  # fmt: skip
         """One head's context ``softmax(mask(q k^T * scale)) v`` over every key of sequence
-        ``b`` (fp32 ``[S, hd]``): the scores one wgmma, masked (keys past the sequence, the
-        key mask's bytes, causal), the exact softmax in the log2 domain, the probabilities
-        rounded to fp16 for the second wgmma and the row sums divided out at the end (a row
-        with no valid key: 0)."""
+        ``b`` (fp32 ``[S, hd]``): the scores one wgmma, masked (keys at or past ``key_end``,
+        with ``MASK_BYTES`` the key mask's bytes too, causal), the exact softmax in the log2
+        domain (the scale folded into the exponent's FMA), the probabilities rounded to
+        fp16 for the second wgmma and the row sums divided out at the end (a row with no
+        valid key: 0)."""
         s = warpgroup_mma(gl.convert_layout(q, Q_OP), k_tile.permute((1, 0)),
                           gl.zeros([BLOCK_S, BLOCK_S], gl.float32, ACC_S), use_acc=False,
                           is_async=True)  # fmt: skip
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         offs_i = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_S))
         offs_j = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(0, ACC_S))
-        key_ok = offs_j < seq_len
-        if HAS_KEY_MASK:
-            kb = gl.load(key_mask_ptr + b.to(gl.int64) * seq_len + offs_j, mask=key_ok, other=0)
-            key_ok = key_ok & (kb != 0)
-        valid = gl.expand_dims(key_ok, 0) & gl.expand_dims(offs_i >= 0, 1)
-        if CAUSAL:
-            valid = valid & (gl.expand_dims(offs_j, 0) <= gl.expand_dims(offs_i, 1))
-        s = gl.where(valid, s * qk_scale, float("-inf"))  # log2 domain
-        m = gl.max(s, axis=1)
+        if CAUSAL:  # one compare an element: key j < min(i + 1, key_end)
+            limit = gl.minimum(offs_i + 1, key_end)
+        else:
+            limit = gl.full([BLOCK_S], 0, gl.int32, gl.SliceLayout(1, ACC_S)) + key_end
+        valid = gl.expand_dims(offs_j, 0) < gl.expand_dims(limit, 1)
+        if MASK_BYTES:  # a mask with holes: this head reads its bytes
+            key_in = offs_j < key_end
+            kb = gl.load(key_mask_ptr + b.to(gl.int64) * seq_len + offs_j, mask=key_in, other=0)
+            valid = valid & gl.expand_dims(kb != 0, 0)
+        s = gl.where(valid, s, float("-inf"))
+        m = gl.max(s, axis=1) * qk_scale  # the scale > 0: the same maximum, scaled
         m = gl.where(m == float("-inf"), 0.0, m)  # no valid key: p = 0, not NaN
-        p = gl.exp2(s - gl.expand_dims(m, 1))
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m, 1))  # log2 domain
         denom = gl.sum(p, axis=1)
         o = warpgroup_mma(gl.convert_layout(p.to(gl.float16), P_OP), v_tile,
                           gl.zeros([BLOCK_S, HD], gl.float32, ACC_H), use_acc=False,
@@ -143,6 +163,63 @@ if not GLUON_ERROR:
         o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
         denom = gl.convert_layout(gl.where(denom == 0.0, 1.0, denom), gl.SliceLayout(1, ACC_H))
         return o / gl.expand_dims(denom, 1)
+
+    @gluon.jit
+    def _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr, key_mask_ptr,
+                        bqkv_ptr, b, step, batch, seq_len, key_end, qk_scale, count, col0,
+                        D: gl.constexpr, HD: gl.constexpr, PAIR: gl.constexpr,
+                        SLOTS: gl.constexpr, BLOCK_S: gl.constexpr, CAUSAL: gl.constexpr,
+                        MASK_BYTES: gl.constexpr, NORMED: gl.constexpr,
+                        KV_BUFS: gl.constexpr, ACC_H: gl.constexpr, ACC_S: gl.constexpr,
+                        Q_OP: gl.constexpr, P_OP: gl.constexpr, LOAD: gl.constexpr,
+                        STOP: gl.constexpr):  # fmt: skip
+        """Sequence ``b``'s slots of heads, one after another (its rows in ``a_s``, every
+        copy before them complete and visible): each slot's q, k, v, its heads'
+        attention and their context columns stored; after the last slot's projections the
+        next sequence's rows are copied into ``a_s``. ``count`` slots came before (the k,
+        v buffer's parity)."""
+        SW: gl.constexpr = PAIR * HD
+        for t in range(SLOTS):
+            # A loop, not unrolled: unrolled over 4 heads it spilled 664 B a thread
+            # (offline, Triton 3.6, case 6), 201 registers and no spills as a loop.
+            buf = (count + t) % KV_BUFS
+            c0 = col0 + t * SW  # the slot's first column
+            offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
+            zeros_h = gl.zeros([BLOCK_S, SW], gl.float32, ACC_H)
+            q, k, v = _slot_projections(a_s, wq_s.index(t), wk_s.index(t), wv_s.index(t),
+                                        bqkv_ptr + c0, D, offs_h, zeros_h,
+                                        SW <= 64)  # fmt: skip
+            k_s.index(buf).store(k)
+            v_s.index(buf).store(v)
+            # Every warp's k, v stored (and, with one buffer or at the last slot, every
+            # warp's reads of the rows done) before anyone's wgmma reads them.
+            fence_async_shared()
+            _cta_barrier()
+            if NORMED and t == SLOTS - 1:  # the rows are free: the next sequence's
+                _copy_rows(a_s, normed_ptr, b + step, batch, seq_len, D, BLOCK_S, LOAD)
+            async_copy.commit_group()  # (an empty group at the other slots)
+            for j in gl.static_range(PAIR):
+                mine = gl.expand_dims(offs_h // HD == j, 0)  # head j's columns of the slot
+                qj = q
+                if PAIR > 1:  # the other head's q columns zeroed: head j's scores
+                    qj = gl.where(mine, q, 0.0)
+                o = _attend(qj, k_s.index(buf), v_s.index(buf), key_mask_ptr, b, seq_len,
+                            key_end, qk_scale, BLOCK_S, SW, CAUSAL, MASK_BYTES, ACC_H,
+                            ACC_S, Q_OP, P_OP)  # fmt: skip
+                if STOP == 1:  # debugging (scripts/gluon_heads_debug.py): a projection
+                    o = q.to(gl.float32)
+                if STOP == 2:
+                    o = k.to(gl.float32)
+                if STOP == 3:
+                    o = v.to(gl.float32)
+                offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
+                rows_out = b.to(gl.int64) * seq_len + offs_r
+                ptrs = (ctx_ptr + gl.expand_dims(rows_out, 1) * D
+                        + gl.expand_dims(c0 + offs_h, 0))  # fmt: skip
+                ok_out = gl.expand_dims(offs_r < seq_len, 1) & mine
+                gl.store(ptrs, o.to(gl.float16), mask=ok_out)
+            if KV_BUFS == 1:  # every warp done with k, v before the next slot's stores
+                _cta_barrier()
 
     @gluon.jit
     def _heads_attention_gluon_kernel(
@@ -208,49 +285,30 @@ if not GLUON_ERROR:
                 ok = gl.expand_dims(offs_ls < seq_len, 1) & gl.expand_dims(offs_ld < D, 0)
                 x = gl.load(x_ptr + io, mask=ok, other=0.0)
                 a_s.store(_layernorm(x, n1w_ptr, n1b_ptr, offs_ld, D, eps).to(gl.float16))
+            if HAS_KEY_MASK:  # its keys, read once a sequence (while its rows land)
+                key_end, key_prefix = _key_extent(key_mask_ptr, b, seq_len, BLOCK_S,
+                                                  gl.SliceLayout(1, LOAD))  # fmt: skip
             async_copy.wait_group(0)  # the weights (first) and this sequence's rows
             _copies_visible()  # (the fence also orders the stores above before wgmma)
-            for t in range(SLOTS):
-                # A loop, not unrolled: unrolled over 4 heads it spilled 664 B a thread
-                # (offline, Triton 3.6, case 6), 201 registers and no spills as a loop.
-                buf = (count + t) % KV_BUFS
-                c0 = col0 + t * SW  # the slot's first column
-                offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
-                zeros_h = gl.zeros([BLOCK_S, SW], gl.float32, ACC_H)
-                q, k, v = _slot_projections(a_s, wq_s.index(t), wk_s.index(t), wv_s.index(t),
-                                            bqkv_ptr + c0, D, offs_h, zeros_h,
-                                            SW <= 64)  # fmt: skip
-                k_s.index(buf).store(k)
-                v_s.index(buf).store(v)
-                # Every warp's k, v stored (and, with one buffer or at the last slot, every
-                # warp's reads of the rows done) before anyone's wgmma reads them.
-                fence_async_shared()
-                _cta_barrier()
-                if NORMED and t == SLOTS - 1:  # the rows are free: the next sequence's
-                    _copy_rows(a_s, normed_ptr, b + step, batch, seq_len, D, BLOCK_S, LOAD)
-                async_copy.commit_group()  # (an empty group at the other slots)
-                for j in gl.static_range(PAIR):
-                    mine = gl.expand_dims(offs_h // HD == j, 0)  # head j's columns of the slot
-                    qj = q
-                    if PAIR > 1:  # the other head's q columns zeroed: head j's scores
-                        qj = gl.where(mine, q, 0.0)
-                    o = _attend(qj, k_s.index(buf), v_s.index(buf), key_mask_ptr, b, seq_len,
-                                qk_scale, BLOCK_S, SW, CAUSAL, HAS_KEY_MASK, ACC_H, ACC_S,
-                                Q_OP, P_OP)  # fmt: skip
-                    if STOP == 1:  # debugging (scripts/gluon_heads_debug.py): a projection
-                        o = q.to(gl.float32)
-                    if STOP == 2:
-                        o = k.to(gl.float32)
-                    if STOP == 3:
-                        o = v.to(gl.float32)
-                    offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
-                    rows_out = b.to(gl.int64) * seq_len + offs_r
-                    ptrs = (ctx_ptr + gl.expand_dims(rows_out, 1) * D
-                            + gl.expand_dims(c0 + offs_h, 0))  # fmt: skip
-                    ok_out = gl.expand_dims(offs_r < seq_len, 1) & mine
-                    gl.store(ptrs, o.to(gl.float16), mask=ok_out)
-                if KV_BUFS == 1:  # every warp done with k, v before the next slot's stores
-                    _cta_barrier()
+            if HAS_KEY_MASK:
+                if key_prefix:  # a full or right-padded mask: masked by position alone
+                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr,
+                                    key_mask_ptr, bqkv_ptr, b, step, batch, seq_len, key_end,
+                                    qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
+                                    CAUSAL, False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
+                                    P_OP, LOAD, STOP)  # fmt: skip
+                else:  # holes: each head reads the mask's bytes
+                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr,
+                                    key_mask_ptr, bqkv_ptr, b, step, batch, seq_len, key_end,
+                                    qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
+                                    CAUSAL, True, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
+                                    P_OP, LOAD, STOP)  # fmt: skip
+            else:
+                _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr,
+                                key_mask_ptr, bqkv_ptr, b, step, batch, seq_len, seq_len,
+                                qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S, CAUSAL,
+                                False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP, P_OP, LOAD,
+                                STOP)  # fmt: skip
             count += SLOTS
         async_copy.wait_group(0)  # the last, empty, copies
         if USE_GDC == 2:
@@ -340,10 +398,12 @@ def gluon_heads_shared_bytes(
     d_model: int, head_dim: int, heads: int, num_warps: int, kv_bufs: int = 0
 ) -> int:
     """Shared memory a program holds: the group's q, k, v weight rows, the sequence's rows,
-    and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks)."""
+    and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks), and 4
+    bytes a warp for the reductions over a sequence's key mask (with a key mask)."""
     bs, sw = block_s(num_warps), slot_width(head_dim)
     kv_bufs = kv_bufs or kv_buffers(d_model, head_dim, heads, num_warps)
-    return 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * sw)
+    tiles = 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * sw)
+    return tiles + 4 * num_warps
 
 
 def gluon_heads_problems(

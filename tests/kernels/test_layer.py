@@ -40,6 +40,10 @@ def _mask(kind: str, b: int, s: int, gen: torch.Generator) -> torch.Tensor | Non
         return torch.arange(s)[None, :] < lengths[:, None]
     holes = torch.rand(b, s, generator=gen) < 0.6
     holes[:, 0] = True
+    if kind == "mixed":  # sequences with holes between right-padded and full ones
+        lengths = torch.tensor([s, max(s - 5, 1), 1] * (b // 3 + 1))[:b]
+        padded = torch.arange(s)[None, :] < lengths[:, None]
+        return torch.where((torch.arange(b) % 2 == 1)[:, None], holes, padded)
     return holes
 
 
