@@ -37,16 +37,16 @@ for c in ("1", "6"):
     json.dump(plan, open(f"/tmp/s31_c{c}.json", "w"))
 PY
 if [ "$rc" -eq 0 ]; then
-  step "case 6 kernel profile: the entry, the heads form with both Gluon kernels (pdl end)"
+  step "case 6 kernel profile: the entry, the heads form with both Gluon kernels (pdl end; post rows at 4 and 8 warps)"
   timeout 120 python3 scripts/kernel_profile.py --case 6 --forwards 5 @/tmp/s31_c6.json \
-    @docs/plans/s29/c6_heads_gluon4_pdl_end.json 2>&1 | quiet | tee -a "$LOG" | tail -14
+    @docs/plans/s29/c6_heads_gluon4_pdl_end.json @docs/plans/s31/c6_heads_gluon4_w8_pdl_end.json 2>&1 | quiet | tee -a "$LOG" | tail -14
   step "case 1 kernel profile: the entry, two heads a program"
   timeout 60 python3 scripts/kernel_profile.py --case 1 --forwards 5 @/tmp/s31_c1.json \
     @docs/plans/s29/heads_gluon_g2.json 2>&1 | quiet | tee -a "$LOG" | tail -14
   left=$(( END - SECONDS - 130 ))  # 130 s kept for the ncu of the heads attention
   echo "export: $left s" | tee -a "$LOG"
   OVERLAYS='' CASES=${CASES:-6,1,5,11} \
-    EXTRA_PLANS=${EXTRA_PLANS-'docs/plans/s29/c{case}_heads_gluon4*.json docs/plans/s29/heads_gluon_g*.json'} \
+    EXTRA_PLANS=${EXTRA_PLANS-'docs/plans/s29/c{case}_heads_gluon4*.json docs/plans/s31/c{case}_*.json docs/plans/s29/heads_gluon_g*.json'} \
     TOTAL=$left bash scripts/h200_s24_export.sh
   echo "export: rc=$? at ${SECONDS}s" | tee -a "$LOG"
 fi
