@@ -46,7 +46,7 @@ if [ "$rc" -eq 0 ]; then
   left=$(( END - SECONDS - 130 ))  # 130 s kept for the ncu of the heads attention
   echo "export: $left s" | tee -a "$LOG"
   OVERLAYS='' CASES=${CASES:-6,1,5,11} \
-    EXTRA_PLANS=${EXTRA_PLANS-'docs/plans/s29/c{case}_heads_gluon4*.json docs/plans/s31/c{case}_*.json docs/plans/s29/heads_gluon_g*.json'} \
+    EXTRA_PLANS=${EXTRA_PLANS-'docs/plans/s29/c{case}_heads_gluon4.json docs/plans/s29/c{case}_heads_gluon4_pdl_end.json docs/plans/s31/c{case}_*.json docs/plans/s29/heads_gluon_g*.json'} \
     TOTAL=$left bash scripts/h200_s24_export.sh
   echo "export: rc=$? at ${SECONDS}s" | tee -a "$LOG"
 fi
