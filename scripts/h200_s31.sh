@@ -10,8 +10,8 @@
 #    (session 29's plans: case 6's heads form, with and without pdl; one, two and four heads
 #    a program where the shape takes them), in what is left after the ncu's share;
 # 4. where the Gluon kernels wait (scripts/h200_s31_ncu.sh) in what is left.
-# Returned: s31.log, s31_tests.log, s24_export.log, studies.db, h200.py, s31_ncu.log and the
-# ncu source pages.
+# Returned (8 files): s31.log (with the ncu's lines), s31_tests.log, s24_export.log,
+# studies.db, h200.py and the three ncu source pages.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
@@ -53,4 +53,4 @@ if [ "$rc" -eq 0 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -
     TOTAL=$left bash scripts/h200_s24_export.sh
   echo "export: rc=$? at ${SECONDS}s" | tee -a "$LOG"
 fi
-TOTAL=$(( END - SECONDS )) bash scripts/h200_s31_ncu.sh
+NCU_LOG=s31.log TOTAL=$(( END - SECONDS )) bash scripts/h200_s31_ncu.sh

@@ -10,7 +10,7 @@
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
-LOG="$OUT/s31_ncu.log"
+LOG="$OUT/${NCU_LOG:-s31_ncu.log}"  # h200_s31.sh: its own log (8 files come back)
 TOTAL=${TOTAL:-560}
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 "$NCU" --version | tail -1 | tee -a "$LOG"
