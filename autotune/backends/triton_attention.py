@@ -54,6 +54,10 @@ class TritonAttention(AttentionBackend):
     def kernel_reasons(
         self, plan: Any, config: TransformerConfig, device: DeviceInfo, *, prune: bool
     ) -> list[str]:
+        if plan.fused_layer == "heads" and plan.attn_gluon:
+            # the Gluon heads attention replaces this kernel and takes none of its tiles (its
+            # own rules: kernels.gluon_heads.gluon_heads_problems, through the layer)
+            return []
         return attention_kernel_reasons(plan, config, device, prune=prune)
 
     def attend(self, call: AttentionCall) -> Tensor:

@@ -143,6 +143,16 @@ def test_the_plan_knob_is_refused_off_heads_and_its_unused_tiles_forbidden() -> 
                for r in plan_reasons(none, config, h200))  # fmt: skip
     assert not any("attn_gluon" in r or "gluon_heads" in r
                    for r in plan_reasons(heads, config, h200))  # fmt: skip
+    # session 31: the flash attention's tiles (64 > a padded 32) do not refuse it at S 32
+    # (`autotune buckets` had refused case 6's Gluon entry there and took case 12's plan
+    # for every batch over 1,131 up to S 128, at 3.6-4.4x against the rows plan's 5.6-5.9x)
+    short = TransformerConfig(1132, 32, 128, 4, 128, 4)
+    gluon64 = Plan.from_dict(dict(base, fused_layer="heads", attn_block_m=64, attn_block_n=64,
+                                  attn_warps=4, row_gluon=True, row_block=64))  # fmt: skip
+    assert plan_reasons(gluon64, short, h200, prune=True) == []
+    triton64 = Plan.from_dict(dict(base, fused_layer="heads", attn_block_m=64, attn_block_n=64,
+                                   attn_warps=4, attn_gluon=0))  # fmt: skip
+    assert any("padded seq len 32" in r for r in plan_reasons(triton64, short, h200, prune=True))
     with pytest.raises(ValueError, match="knob 'attn_gluon' has no value 3"):
         Plan.from_dict(dict(base, attn_gluon=3))
     forbidden = {
