@@ -181,7 +181,7 @@ if not GLUON_ERROR:
         SW: gl.constexpr = PAIR * HD
         for t in range(SLOTS):
             # A loop, not unrolled: unrolled over 4 heads it spilled 664 B a thread
-            # (offline, Triton 3.6, case 6), 201 registers and no spills as a loop.
+            # (offline, Triton 3.6, case 6); as a loop, no spills.
             buf = (count + t) % KV_BUFS
             c0 = col0 + t * SW  # the slot's first column
             offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
