@@ -24,6 +24,8 @@ def test_check_names_are_unique_and_cover_every_kernel_family() -> None:
 
 
 def test_every_check_passes(device: str) -> None:
+    """The list `autotune kernels check` runs (the same checks, with the reference for the
+    fused block's), each passing on the test device (the CPU: the interpreter)."""
     # No timing assertion: on a shared 2-core machine the list's time says nothing.
     failures = []
     for check in iter_checks(reference):
@@ -64,6 +66,11 @@ def test_kernels_check_match_runs_only_the_named_checks(capsys) -> None:
     names = [line.name for line in both]
     assert set(names) > {line.name for line in lines} and len(set(names)) == len(names)
     assert all("ffn/bias_gelu" in line.name or "fp16-io" in line.name for line in both)
+    capsys.readouterr()
+    assert main(["kernels", "check", "--match", "ffn/bias_gelu"]) == 0  # the command, passing
+    out = capsys.readouterr().out
+    assert out.split()[:2] == ["ffn/bias_gelu/B2-S37-N40", "PASS"]
+    assert out.rstrip().endswith("2 passed, 0 failed")
     assert main(["kernels", "check", "--match", "no-such-kernel"]) == 2
     err = capsys.readouterr().err
     assert "--match 'no-such-kernel' names no kernel check here" in err
