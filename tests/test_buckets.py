@@ -94,6 +94,47 @@ def test_drafts_cover_the_tuned_grid_with_supported_plans_nearest_first() -> Non
     assert short.points() == [(1, 32), (1, 256), (64, 32), (64, 256), (8, 91)]
 
 
+def test_a_rebuild_keeps_an_earlier_buckets_plan_where_the_new_entry_cannot_run() -> None:
+    """Session 31: case 6's entry changed to a kernel of S <= 128, and the rebuilt buckets
+    gave its long-sequence region a farther entry's plan, slower than the one verified
+    there before. The earlier bucket's plan now comes right after the nearest entry's, or
+    first where that one cannot run; a region no entry's plan reaches keeps it."""
+    chunked = {"attention": "sdpa_math", "qkv": "separate", "batch_chunk": 2}
+    earlier = [
+        {
+            "dims": list(DIMS),
+            "batch": [1, 64],
+            "seq": [32, 1024],
+            "plan": chunked,
+            "from": "case e",
+        },
+    ]
+    # the long entry's plan now runs only up to S = 256, as the others'
+    short_entries = dict(ENTRIES) | {(64, 1024, *DIMS): _entry("e", HEADS)}
+    before = draft_buckets(short_entries, CPU, reasons=_short_only)
+    assert not [d for d in before if d.seq[1] > 256]
+    drafts = draft_buckets(short_entries, CPU, reasons=_short_only, earlier=earlier)
+    (long,) = [d for d in drafts if d.seq[1] > 256]
+    assert [(p.batch_chunk, where) for p, where in long.plans] == [(2, "case e, an earlier bucket")]
+    # where the nearest entry's plan runs it stays first, the earlier plan next; where it
+    # does not (S 257-362, nearest to the short plans at S 128), the earlier plan first
+    drafts = draft_buckets(ENTRIES, CPU, reasons=_short_only, earlier=earlier)
+    firsts = {d.seq: [(p.qkv, p.batch_chunk) for p, _ in d.plans[:2]] for d in drafts}
+    assert firsts == {
+        (32, 256): [("packed", 0), ("separate", 2)],
+        (257, 362): [("separate", 2), ("separate", 0)],
+        (363, 1024): [("separate", 0), ("separate", 2)],
+    }
+    # an earlier bucket of other dims, or elsewhere, changes nothing
+    elsewhere = [
+        dict(earlier[0], seq=[2000, 4000]),
+        dict(earlier[0], dims=[64, 2, 64, 2, True, "float32"]),
+    ]
+    assert draft_buckets(ENTRIES, CPU, reasons=_short_only, earlier=elsewhere) == draft_buckets(
+        ENTRIES, CPU, reasons=_short_only
+    )
+
+
 def test_support_limits_cut_cells_where_a_plan_stops() -> None:
     assert axis_cells([32, 128, 1024], cuts=(256,)) == [
         (32, 64, 32),
@@ -561,7 +602,9 @@ def test_a_rectangle_no_plan_holds_across_is_verified_cell_by_cell(monkeypatch) 
     monkeypatch.setattr("autotune.evaluate.evaluate_plan", fake)
     monkeypatch.setattr(
         "autotune.ship.buckets.draft_buckets",
-        lambda entries, device: draft_buckets(entries, device, reasons=_short_only),
+        lambda entries, device, earlier=(): draft_buckets(
+            entries, device, reasons=_short_only, earlier=earlier
+        ),
     )
     lines: list[str] = []
     buckets = build_buckets(ENTRIES, "cpu", False, CPU, isolate=False, emit=lines.append)
@@ -597,7 +640,9 @@ def test_a_rectangle_whose_process_died_is_tried_cell_by_cell(monkeypatch) -> No
     monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: _outcome())
     monkeypatch.setattr(
         "autotune.ship.buckets.draft_buckets",
-        lambda entries, device: draft_buckets(entries, device, reasons=_short_only),
+        lambda entries, device, earlier=(): draft_buckets(
+            entries, device, reasons=_short_only, earlier=earlier
+        ),
     )
 
     def isolated(fn, job):  # a merged rectangle's child dies (a device fault)

@@ -12,7 +12,11 @@ Per group of entries with the same d_model, heads, FFN, layers, causality and dt
    (``runtime.buckets.shape_distance``), keeping those whose support rules hold at the
    cell's corners, that never read the mask on the host and that need no compile per
    shape. A cell whose nearest tuned shape kept the reference (no plan beat it there)
-   gets none.
+   gets none. The plan of an earlier bucket that covered the cell's centre (the table's
+   own, being rebuilt) comes right after the nearest entry's plan, or first where that
+   one cannot run there: an entry that changed to a plan of narrower reach (session 31:
+   case 6 to a kernel of S <= 128) leaves the region to the plan verified there before,
+   not to a farther entry's.
 3. Neighbouring cells with the same first plan merge into one rectangle, along the batch
    axis first, then along the sequence axis.
 4. Each rectangle's plan is verified at its four corners and its geometric centre: the
@@ -33,7 +37,7 @@ import dataclasses
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +142,10 @@ def draft_buckets(
     entries: Mapping[Key, Mapping[str, Any]],
     device: DeviceInfo,
     reasons: Callable[[Plan, TransformerConfig, DeviceInfo], list[str]] | None = None,
+    earlier: Sequence[Mapping[str, Any]] = (),
 ) -> list[Draft]:
-    """Rectangles and their candidate plans from the admitted entries (steps 1-3)."""
+    """Rectangles and their candidate plans from the admitted entries (steps 1-3), with
+    the plans of the ``earlier`` buckets (a table's, being rebuilt) where they were."""
     if reasons is None:
         from autotune.build import not_supported_reasons as reasons
     # Per dims: every tuned shape, with its plan, or None where the entry keeps the
@@ -179,19 +185,43 @@ def draft_buckets(
                 for _, (plan, where) in sorted(
                     tuned.items(), key=lambda kv: (shape_distance((bv, sv), kv[0]), kv[0])
                 ):
-                    if any(plan == p for p, _ in cell_plans):
+                    if _usable(plan, cell_plans, dims, corners, device, reasons):
+                        cell_plans.append((plan, where))
+                centre = (round(math.sqrt(blo * bhi)), round(math.sqrt(slo * shi)))
+                at = 1 if cell_plans and cell_plans[0][0] == points[nearest][0] else 0
+                for bucket in earlier:
+                    (b0, b1), (s0, s1) = bucket["batch"], bucket["seq"]
+                    if tuple(bucket["dims"]) != dims or not (
+                        b0 <= centre[0] <= b1 and s0 <= centre[1] <= s1
+                    ):
                         continue
-                    if device.type == "cuda" and plan.reads_mask_on_host:
-                        continue
-                    if plan.compile != "none":
-                        continue  # a compile per new shape at first use: not for buckets
-                    if any(reasons(plan, config_at(dims, b, s), device) for b, s in corners):
-                        continue
-                    cell_plans.append((plan, where))
+                    plan = Plan.from_dict(bucket.get("plan", {}))
+                    if _usable(plan, cell_plans, dims, corners, device, reasons):
+                        where = f"{bucket.get('from', '?')}, an earlier bucket"
+                        cell_plans.insert(at, (plan, where))
                 if cell_plans:
                     cells[(i, j)] = (blo, bhi, slo, shi, cell_plans)
         drafts += _merge(dims, cells, len(bcells), len(scells))
     return _proper(drafts)
+
+
+def _usable(
+    plan: Plan,
+    taken: list[tuple[Plan, str]],
+    dims: tuple[Any, ...],
+    corners: list[tuple[int, int]],
+    device: DeviceInfo,
+    reasons: Callable[[Plan, TransformerConfig, DeviceInfo], list[str]],
+) -> bool:
+    """Whether a cell can take the plan: not taken yet, no mask read on the host, no
+    compile per shape, its support rules holding at the cell's corners."""
+    if any(plan == p for p, _ in taken):
+        return False
+    if device.type == "cuda" and plan.reads_mask_on_host:
+        return False
+    if plan.compile != "none":
+        return False  # a compile per new shape at first use: not for buckets
+    return not any(reasons(plan, config_at(dims, b, s), device) for b, s in corners)
 
 
 def _merge(
@@ -412,15 +442,16 @@ def build_buckets(
     isolate: bool = True,
     emit: Callable[[str], None] = print,
     journal: Journal | None = None,
+    earlier: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """Draft the rectangles and verify each one (in a child process of its own when
-    ``isolate``: a device fault ends that rectangle only). With a ``journal``, each
-    finished verification is recorded as it ends and one recorded earlier is not run
-    again."""
+    """Draft the rectangles (with the ``earlier`` buckets' plans where they were) and
+    verify each one (in a child process of its own when ``isolate``: a device fault ends
+    that rectangle only). With a ``journal``, each finished verification is recorded as
+    it ends and one recorded earlier is not run again."""
     from autotune.core.isolate import call_isolated
 
     buckets = []
-    drafts = draft_buckets(entries, device)
+    drafts = draft_buckets(entries, device, earlier=earlier)
     emit(f"buckets: {len(drafts)} rectangles to verify")
     if journal is not None and journal.done:
         emit(f"buckets: {len(journal.done)} verifications recorded in {journal.path}")

@@ -168,6 +168,7 @@ def add_buckets(
         selection.effective_device(),
         emit=emit,
         journal=record,
+        earlier=list(table.buckets),
     )
     provenance = dict(table.provenance) | {
         "buckets": {
@@ -398,6 +399,7 @@ def export_table(
             selection.effective_device(),
             isolate=options.isolate,
             emit=emit,
+            earlier=list(old.buckets) if old is not None else [],
         )
     path, version = write_table(options.out, profile, provenance, winners, kept, buckets)
     if kept:
