@@ -66,6 +66,18 @@ python3 - "$CASES" "$OVERLAYS" "${EXTRA_PLANS:-}" 2>&1 <<'PY' | tee -a "$LOG"
 import glob, json, sys
 from autotune.core.cases import get_case
 from autotune.runtime import load_table
+from kernels.gluon_heads import gluon_heads_problems
+
+
+def gluon_heads_why(plan, config):
+    """Why the Gluon heads attention cannot take this plan at this case's shape."""
+    return gluon_heads_problems(
+        seq_len=config.seq_len, d_model=config.d_model, num_heads=config.num_heads,
+        heads=plan["attn_gluon"], gemm_precision=plan.get("gemm_precision", "fp16"),
+        attn_precision=plan.get("attn_precision", "fp16"), num_warps=plan.get("attn_warps", 4),
+    )
+
+
 t = load_table("tables/h200.py")
 overlays = [json.loads(o) for o in sys.argv[2].split(";") if o.strip()]
 for c in sys.argv[1].split(","):
@@ -101,12 +113,7 @@ for c in sys.argv[1].split(","):
         if over.get("attn_gluon") == "fewest":  # one head a program; heads of 8 in pairs
             over = dict(over, attn_gluon=2 if config.head_dim == 8 else 1)
         if over.get("attn_gluon"):  # session 29: the Gluon heads attention's own rules
-            from kernels.gluon_heads import gluon_heads_problems
-            if entry.get("fused_layer") != "heads" or gluon_heads_problems(
-                seq_len=config.seq_len, d_model=config.d_model, num_heads=config.num_heads,
-                heads=over["attn_gluon"], gemm_precision="fp16", attn_precision="fp16",
-                num_warps=over.get("attn_warps", entry.get("attn_warps", 4)),
-            ):
+            if entry.get("fused_layer") != "heads" or gluon_heads_why(dict(entry, **over), config):
                 continue
         if over.get("row_next_qkv") and entry.get("fused_layer") != "rows":
             continue  # the rows chain
@@ -130,17 +137,9 @@ for c in sys.argv[1].split(","):
     taken = 0
     for f in extra:
         plan = json.load(open(f))
-        if plan.get("attn_gluon"):
-            from kernels.gluon_heads import gluon_heads_problems
-            why = gluon_heads_problems(
-                seq_len=config.seq_len, d_model=config.d_model, num_heads=config.num_heads,
-                heads=plan["attn_gluon"], gemm_precision=plan.get("gemm_precision", "fp16"),
-                attn_precision=plan.get("attn_precision", "fp16"),
-                num_warps=plan.get("attn_warps", 4),
-            )
-            if why:
-                print(f"case {c}: {f} left out: {why[0]}")
-                continue
+        if plan.get("attn_gluon") and (why := gluon_heads_why(plan, config)):
+            print(f"case {c}: {f} left out: {why[0]}")
+            continue
         if plan in seen:
             continue
         seen.append(plan)
