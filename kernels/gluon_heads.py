@@ -122,12 +122,16 @@ if not GLUON_ERROR:
     @gluon.jit
     def _key_extent(kb, offs, seq_len):
         """A sequence's key mask (its bytes ``kb`` at key positions ``offs``, loaded a
-        sequence ahead) as two scalars: one past its last valid key, and whether every key
-        before that is valid (a full or right-padded mask, which the heads apply by
-        position, reading no byte)."""
+        sequence ahead) as two scalars, from one reduction: whether its valid keys are a
+        prefix (a full or right-padded mask, which the heads apply by position, reading no
+        byte), and the keys to attend: the prefix's length, else ``seq_len`` (the bytes
+        then mask). One sum packs the count ``c`` of valid keys and the sum of their
+        positions from 1, which is ``c (c + 1) / 2`` only for the prefix ``1..c``."""
         valid = (offs < seq_len) & (kb != 0)
-        end = gl.max(gl.where(valid, offs + 1, 0), axis=0)
-        return end, gl.sum(valid.to(gl.int32), axis=0) == end
+        packed = gl.sum(gl.where(valid, ((offs + 1) << 11) + 1, 0), axis=0)  # S <= 128
+        count = packed & 2047
+        prefix = (packed >> 11) == count * (count + 1) // 2
+        return gl.where(prefix, count, seq_len), prefix
 
     @gluon.jit
     def _mask_bytes(key_mask_ptr, b, batch, seq_len, offs):
