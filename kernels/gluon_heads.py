@@ -85,9 +85,9 @@ if not GLUON_ERROR:
         _cp_async(smem, ptrs, mask=mask)
 
     @gluon.jit
-    def _with_bias(p, b_ptr, offs_h):
+    def _with_bias(p, bias):
         """A projection's accumulator plus its bias, rounded once to fp16."""
-        return (p + gl.expand_dims(gl.load(b_ptr + offs_h), 0)).to(gl.float16)
+        return (p + gl.expand_dims(bias, 0)).to(gl.float16)
 
     @gluon.jit
     def _project(a_s, w_s, zeros):
@@ -95,36 +95,49 @@ if not GLUON_ERROR:
         return warpgroup_mma(a_s, w_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
 
     @gluon.jit
-    def _slot_projections(a_s, wq, wk, wv, b_ptr, D: gl.constexpr, offs_h, zeros,
+    def _slot_projections(a_s, wq, wk, wv, bq_s, bk_s, bv_s, zeros, ACC_H: gl.constexpr,
                           TOGETHER: gl.constexpr):  # fmt: skip
-        """The slot's q, k, v (fp16, with their bias): with ``TOGETHER`` the three wgmma
-        issued back to back and waited for once (three accumulators live: up to 64
-        columns), else one at a time."""
+        """The slot's q, k, v (fp16, with their bias, resident in shared memory): with
+        ``TOGETHER`` the three wgmma issued back to back, the biases read while they run,
+        and waited for once (three accumulators live: up to 64 columns), else one at a
+        time."""
+        cols: gl.constexpr = gl.SliceLayout(0, ACC_H)
         if TOGETHER:
             q = _project(a_s, wq, zeros)
             k = _project(a_s, wk, zeros)
             v = _project(a_s, wv, zeros)
+            bq = bq_s.load(cols)
+            bk = bk_s.load(cols)
+            bv = bv_s.load(cols)
             q, k, v = warpgroup_mma_wait(num_outstanding=0, deps=(q, k, v))
-        else:
+        else:  # (wide slots: the biases after each wait, no registers held across it)
             q = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wq, zeros),))
+            bq = bq_s.load(cols)
             k = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wk, zeros),))
+            bk = bk_s.load(cols)
             v = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wv, zeros),))
-        q = _with_bias(q, b_ptr, offs_h)
-        k = _with_bias(k, b_ptr + D, offs_h)
-        v = _with_bias(v, b_ptr + 2 * D, offs_h)
-        return q, k, v
+            bv = bv_s.load(cols)
+        return _with_bias(q, bq), _with_bias(k, bk), _with_bias(v, bv)
 
     @gluon.jit
-    def _key_extent(key_mask_ptr, b, seq_len, BLOCK_S: gl.constexpr, LAYOUT: gl.constexpr):
-        """Sequence ``b``'s key mask as two scalars, read once a sequence: one past its last
-        valid key, and whether every key before that is valid (a full or right-padded
-        mask, which the heads apply by position, reading no byte)."""
-        offs_j = gl.arange(0, BLOCK_S, layout=LAYOUT)
-        inside = offs_j < seq_len
-        kb = gl.load(key_mask_ptr + b.to(gl.int64) * seq_len + offs_j, mask=inside, other=0)
-        valid = inside & (kb != 0)
-        end = gl.max(gl.where(valid, offs_j + 1, 0), axis=0)
-        return end, gl.sum(valid.to(gl.int32), axis=0) == end
+    def _key_extent(kb, offs, seq_len):
+        """A sequence's key mask (its bytes ``kb`` at key positions ``offs``, loaded a
+        sequence ahead) as two scalars, from one reduction: whether its valid keys are a
+        prefix (a full or right-padded mask, which the heads apply by position, reading no
+        byte), and the keys to attend: the prefix's length, else ``seq_len`` (the bytes
+        then mask). One sum packs the count ``c`` of valid keys and the sum of their
+        positions from 1, which is ``c (c + 1) / 2`` only for the prefix ``1..c``."""
+        valid = (offs < seq_len) & (kb != 0)
+        packed = gl.sum(gl.where(valid, ((offs + 1) << 11) + 1, 0), axis=0)  # S <= 128
+        count = packed & 2047
+        prefix = (packed >> 11) == count * (count + 1) // 2
+        return gl.where(prefix, count, seq_len), prefix
+
+    @gluon.jit
+    def _mask_bytes(key_mask_ptr, b, batch, seq_len, offs):
+        """Issue the load of sequence ``b``'s key mask bytes (none past the batch)."""
+        ok = (offs < seq_len) & (b < batch)
+        return gl.load(key_mask_ptr + b.to(gl.int64) * seq_len + offs, mask=ok, other=0)
 
     @gluon.jit
     def _attend(q, k_tile, v_tile, key_mask_ptr, b, seq_len, key_end, qk_scale,
@@ -165,8 +178,8 @@ if not GLUON_ERROR:
         return o / gl.expand_dims(denom, 1)
 
     @gluon.jit
-    def _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr, key_mask_ptr,
-                        bqkv_ptr, b, step, batch, seq_len, key_end, qk_scale, count, col0,
+    def _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
+                        key_mask_ptr, b, step, batch, seq_len, key_end, qk_scale, count, col0,
                         D: gl.constexpr, HD: gl.constexpr, PAIR: gl.constexpr,
                         SLOTS: gl.constexpr, BLOCK_S: gl.constexpr, CAUSAL: gl.constexpr,
                         MASK_BYTES: gl.constexpr, NORMED: gl.constexpr,
@@ -187,7 +200,8 @@ if not GLUON_ERROR:
             offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
             zeros_h = gl.zeros([BLOCK_S, SW], gl.float32, ACC_H)
             q, k, v = _slot_projections(a_s, wq_s.index(t), wk_s.index(t), wv_s.index(t),
-                                        bqkv_ptr + c0, D, offs_h, zeros_h,
+                                        b_s.index(t), b_s.index(SLOTS + t),
+                                        b_s.index(2 * SLOTS + t), zeros_h, ACC_H,
                                         SW <= 64)  # fmt: skip
             k_s.index(buf).store(k)
             v_s.index(buf).store(v)
@@ -230,7 +244,8 @@ if not GLUON_ERROR:
         HAS_KEY_MASK: gl.constexpr, NORMED: gl.constexpr, KV_BUFS: gl.constexpr,
         ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr, P_OP: gl.constexpr,
         SMEM_A: gl.constexpr, SMEM_W: gl.constexpr, SMEM_KV: gl.constexpr,
-        LOAD: gl.constexpr, LOAD_W: gl.constexpr, STOP: gl.constexpr = 0,
+        SMEM_B: gl.constexpr, LOAD: gl.constexpr, LOAD_W: gl.constexpr, VEC: gl.constexpr,
+        STOP: gl.constexpr = 0,
         USE_GDC: gl.constexpr = 0,
     ):  # fmt: skip
         """The context ``[B, S, D]`` (fp16) of heads ``g * G .. g * G + G - 1`` for
@@ -261,6 +276,14 @@ if not GLUON_ERROR:
         a_s = gl.allocate_shared_memory(gl.float16, [BLOCK_S, D], SMEM_A)
         k_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
         v_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
+        # the group's q, k, v biases (fp32, [q slots, k slots, v slots]), once a program:
+        # read in every head while its projections run, not loaded from global memory
+        b_s = gl.allocate_shared_memory(gl.float32, [3 * SLOTS, SW], SMEM_B)
+        offs_b = gl.arange(0, SW, layout=VEC)
+        for part in gl.static_range(3):
+            for w in gl.static_range(SLOTS):
+                bias = gl.load(bqkv_ptr + part * D + col0 + w * SW + offs_b)
+                b_s.index(part * SLOTS + w).store(bias)
         # A commit group of the weights, then one of the first sequence's rows (after the
         # wait for the previous kernel, which wrote them: USE_GDC); each sequence's rows
         # after that are a group of their own, the only one in flight.
@@ -277,6 +300,9 @@ if not GLUON_ERROR:
 
         offs_ls = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, LOAD))
         offs_ld = gl.arange(0, D, layout=gl.SliceLayout(0, LOAD))
+        if HAS_KEY_MASK:  # a sequence's mask bytes are loaded a sequence ahead
+            offs_m = gl.arange(0, BLOCK_S, layout=VEC)
+            kb_next = _mask_bytes(key_mask_ptr, first, batch, seq_len, offs_m)
         count = 0  # slots done by this program: the k, v buffer's parity
         for b in range(first, batch, step):
             if not NORMED:  # the first layer: LayerNorm1 of the residual rows, here
@@ -285,27 +311,28 @@ if not GLUON_ERROR:
                 ok = gl.expand_dims(offs_ls < seq_len, 1) & gl.expand_dims(offs_ld < D, 0)
                 x = gl.load(x_ptr + io, mask=ok, other=0.0)
                 a_s.store(_layernorm(x, n1w_ptr, n1b_ptr, offs_ld, D, eps).to(gl.float16))
-            if HAS_KEY_MASK:  # its keys, read once a sequence (while its rows land)
-                key_end, key_prefix = _key_extent(key_mask_ptr, b, seq_len, BLOCK_S,
-                                                  gl.SliceLayout(1, LOAD))  # fmt: skip
+            if HAS_KEY_MASK:  # its keys (loaded during the last sequence), the next's
+                kb = kb_next
+                kb_next = _mask_bytes(key_mask_ptr, b + step, batch, seq_len, offs_m)
+                key_end, key_prefix = _key_extent(kb, offs_m, seq_len)
             async_copy.wait_group(0)  # the weights (first) and this sequence's rows
             _copies_visible()  # (the fence also orders the stores above before wgmma)
             if HAS_KEY_MASK:
                 if key_prefix:  # a full or right-padded mask: masked by position alone
-                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr,
-                                    key_mask_ptr, bqkv_ptr, b, step, batch, seq_len, key_end,
+                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
+                                    key_mask_ptr, b, step, batch, seq_len, key_end,
                                     qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
                                     CAUSAL, False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
                                     P_OP, LOAD, STOP)  # fmt: skip
                 else:  # holes: each head reads the mask's bytes
-                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr,
-                                    key_mask_ptr, bqkv_ptr, b, step, batch, seq_len, key_end,
+                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
+                                    key_mask_ptr, b, step, batch, seq_len, key_end,
                                     qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
                                     CAUSAL, True, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
                                     P_OP, LOAD, STOP)  # fmt: skip
             else:
-                _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, normed_ptr, ctx_ptr,
-                                key_mask_ptr, bqkv_ptr, b, step, batch, seq_len, seq_len,
+                _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
+                                key_mask_ptr, b, step, batch, seq_len, seq_len,
                                 qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S, CAUSAL,
                                 False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP, P_OP, LOAD,
                                 STOP)  # fmt: skip
@@ -328,6 +355,8 @@ class GluonHeadsLayouts:
     smem_kv: object
     load: object  # the sequence's rows [S, D]: 16-byte copies
     load_w: object  # a slot's weight rows [slot columns, D]
+    smem_b: object  # the biases [3 x slots, slot columns], fp32
+    vec: object  # a vector of a thread an element: the biases, the key mask's bytes
 
 
 def block_s(num_warps: int) -> int:
@@ -385,6 +414,10 @@ def gluon_heads_layouts(d_model: int, head_dim: int, num_warps: int) -> GluonHea
         smem_kv=gl.NVMMASharedLayout.get_default_for([bs, sw], gl.float16),
         load=_blocked(bs, d_model, num_warps),
         load_w=_blocked(sw, d_model, num_warps),
+        smem_b=gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]),
+        vec=gl.BlockedLayout(
+            size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[num_warps], order=[0]
+        ),
     )
 
 
@@ -398,12 +431,14 @@ def gluon_heads_shared_bytes(
     d_model: int, head_dim: int, heads: int, num_warps: int, kv_bufs: int = 0
 ) -> int:
     """Shared memory a program holds: the group's q, k, v weight rows, the sequence's rows,
-    and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks), and 4
-    bytes a warp for the reductions over a sequence's key mask (with a key mask)."""
+    and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks); the
+    group's q, k, v biases, fp32; and the reductions over a sequence's key mask (4 bytes
+    a warp that holds distinct keys, with a key mask). The compiler may align the buffers
+    a few dozen bytes further (case 7's shape: 64 B)."""
     bs, sw = block_s(num_warps), slot_width(head_dim)
     kv_bufs = kv_bufs or kv_buffers(d_model, head_dim, heads, num_warps)
     tiles = 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * sw)
-    return tiles + 4 * num_warps
+    return tiles + 4 * 3 * heads * head_dim + 4 * (bs // 32)
 
 
 def gluon_heads_problems(
@@ -495,8 +530,9 @@ def launch_heads_attention_gluon(
         GROUPS=groups, BLOCK_S=block_s(num_warps),
         CAUSAL=bool(causal), HAS_KEY_MASK=mask_bytes is not None, NORMED=normed is not None,
         KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
-        SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, LOAD=lay.load,
-        LOAD_W=lay.load_w, STOP=stop, USE_GDC=use_gdc, num_warps=num_warps,
+        SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, SMEM_B=lay.smem_b,
+        LOAD=lay.load, LOAD_W=lay.load_w, VEC=lay.vec, STOP=stop, USE_GDC=use_gdc,
+        num_warps=num_warps,
         **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
     key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,
