@@ -227,6 +227,8 @@ if not GLUON_ERROR:
                 acc = x_next
             else:
                 acc = gl.load(x_ptr + io, mask=io_mask, other=0.0)
+            if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row, used at the end
+                valid = gl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
             acc = acc + gl.expand_dims(gl.load(bo_ptr + offs_c), 0)
             if tile == pid:
                 async_copy.wait_group(FIRST)  # Wo and the context
@@ -238,7 +240,7 @@ if not GLUON_ERROR:
             _cta_barrier()  # every warp is done with ctx_s: the next tile's copies go in
             _copy_ctx(ctx_s, ctx_ptr, tile + nprog, num_rows, D, BLOCK_R, LOAD_CTX)
             async_copy.commit_group()
-            if PREFETCH_X:  # the next tile's residual rows, in flight during this one's FFN
+            if PREFETCH_X == 1:  # the next tile's residual rows, in flight during the FFN
                 x_next = _load_rows(x_ptr, tile + nprog, num_rows, offs_r, offs_c, D, BLOCK_R)
 
             # LayerNorm2 and the FFN; W1 and W2 arrive during the first tile's work.
@@ -258,8 +260,7 @@ if not GLUON_ERROR:
                 _copies_visible()
             y = warpgroup_mma(g, w2_s.permute((1, 0)), y, is_async=True)
             y = warpgroup_mma_wait(num_outstanding=0, deps=(y,))
-            if HAS_KEY_MASK:  # rows are tokens: the mask's byte of each row
-                valid = gl.load(key_mask_ptr + rows, mask=row_ok, other=0) != 0
+            if HAS_KEY_MASK:
                 y = gl.where(gl.expand_dims(valid, 1), y, 0.0)
             if FINAL_NORM:
                 y = _layernorm(y, nfw_ptr, nfb_ptr, offs_c, D, eps)
@@ -272,6 +273,8 @@ if not GLUON_ERROR:
             if STOP == 3:
                 y = a32
             gl.store(out_ptr + io, y, mask=io_mask)
+            if PREFETCH_X == 2:  # the next tile's residual rows, in flight from here on
+                x_next = _load_rows(x_ptr, tile + nprog, num_rows, offs_r, offs_c, D, BLOCK_R)
 
             if NEXT_NORM:  # the next heads attention's operand rows
                 hn = _layernorm(y, n1w_ptr, n1b_ptr, offs_c, D, eps)
@@ -373,6 +376,14 @@ def gluon_layouts(d_model: int, num_warps: int) -> GluonRowsLayouts:
         order=[1, 0],
     )
     return GluonRowsLayouts(acc, operand, smem, load)
+
+
+def prefetch_mode(num_warps: int) -> int:
+    """The post rows kernel's ``PREFETCH_X``: where the next tile's residual rows are loaded.
+    8 warps (registers to spare): 1, right after the output projection, in flight during
+    the whole FFN; 4 warps (255 registers at the FFN: mode 1 spills): 2, after the output's
+    store, in flight during the next LayerNorm and the loop's top."""
+    return 1 if num_warps == 8 else 2
 
 
 def gluon_shared_bytes(d_model: int, next_qkv: bool, num_warps: int = 4) -> int:
@@ -527,7 +538,7 @@ def launch_post_rows_gluon(
     kwargs = dict(
         D=d_model, BLOCK_R=ROW_BLOCK, HAS_KEY_MASK=has_key_mask, FINAL_NORM=final_norm,
         GELU_POLY_FORM=gelu_poly, NEXT_QKV=next_qkv, NEXT_NORM=next_norm,
-        PREFETCH_X=num_warps == 8, ACC=lay.acc,
+        PREFETCH_X=prefetch_mode(num_warps), ACC=lay.acc,
         OPERAND=lay.operand, SMEM_W=lay.smem, SMEM_CTX=lay.smem, LOAD_W=lay.load,
         LOAD_CTX=lay.load, num_warps=num_warps, STOP=stop, USE_GDC=use_gdc,
         **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
