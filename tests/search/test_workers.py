@@ -16,6 +16,11 @@ from optuna.trial import TrialState
 from autotune.search.trials import LATENCY_REFERENCE_MS, REFERENCE_MS, counts
 from tests.conftest import cli
 
+# One pytest-xdist worker runs this module's tests one after another (README's test command,
+# --dist loadgroup): the two PostgreSQL tests share one database, and each deletes every
+# study in it before it starts.
+pytestmark = pytest.mark.xdist_group("workers")
+
 SPACE = {
     "name": "reliability",
     "profiles": ["cpu"],
