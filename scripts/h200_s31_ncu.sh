@@ -7,6 +7,8 @@
 # instruction), for case 6's heads attention (a later layer: the LayerNorm1 rows from the
 # post rows), case 6's post rows and case 2's heads attention. About 3 minutes.
 # Returned: s31_ncu.log, ncu_src_{c6_heads,c6_post,c2_heads}.csv (the source page, SASS).
+# ITEMS (case:name:kernel:launches to skip, space-separated) picks the kernels; TAG is
+# appended to each source page's name (h200_s33.sh: a branch's kernel beside main's).
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
@@ -26,9 +28,10 @@ for c, f in (("6", "c6_heads_gluon4"), ("2", "c2_heads_gluon1")):
 PY
 # case:name:kernel:launches to skip (a forward is 4 launches of each; skip the warm-up
 # forward and the measured forward's first layer, which normalises the residual itself)
-for item in "6:heads:_heads_attention_gluon_kernel:5" "6:post:_post_rows_gluon_kernel:5" \
-  "2:heads:_heads_attention_gluon_kernel:5"; do
+ITEMS=${ITEMS:-"6:heads:_heads_attention_gluon_kernel:5 6:post:_post_rows_gluon_kernel:5 2:heads:_heads_attention_gluon_kernel:5"}
+for item in $ITEMS; do
   IFS=: read -r c name kernel skip <<< "$item"
+  name="$name${TAG:-}"
   fits 100 "ncu, case $c $name" || continue
   step "ncu, case $c $name ($kernel, skip $skip)"
   timeout 150 "$NCU" --clock-control none --kernel-name "regex:$kernel" --launch-skip "$skip" \
