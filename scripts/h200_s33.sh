@@ -2,11 +2,12 @@
 # Session 33's first call, on an H100 or the H200 (the buckets only on the H200), on main
 # with two branches' kernel files beside it, untracked at the root:
 #   git show s32-heads-pipeline:kernels/gluon_heads.py > gluon_heads_pipeline.py
-#   git show s32-post-rows-w2:kernels/gluon_rows.py > gluon_rows_w2.py
+#   git show s32-post-rows-lnsmem:kernels/gluon_rows.py > gluon_rows_next.py
 # 1. where case 6's kernels wait (ncu PC sampling, scripts/h200_s31_ncu.sh): main's heads
 #    attention and post rows, then the pipelined heads attention (session 32: 13% slower,
 #    cause open; docs/kernels_h200.md, "Session 32");
-# 2. the post rows' residual load beside the last GEMM (branch s32-post-rows-w2) against
+# 2. the post rows of branch s32-post-rows-lnsmem (the residual load beside the last GEMM,
+#    s32-post-rows-w2, and the late LayerNorm's weight and bias in shared memory) against
 #    main's, after the Gluon GPU tests (scripts/h200_s32_ab.sh, cases 6 and 5);
 # 3. on an H200, in what is left: the buckets rebuilt (resumes from its journal in $OUT).
 # Returned (8 files at most): s33.log, ncu_src_c6_heads.csv, ncu_src_c6_post.csv,
@@ -17,7 +18,7 @@ export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s33.log"
 TOTAL=${TOTAL:-570}  # fits (device_prelude.sh) counts against it
 END=$TOTAL
-for f in gluon_heads_pipeline.py gluon_rows_w2.py; do
+for f in gluon_heads_pipeline.py gluon_rows_next.py; do
   [ -f "$f" ] || { echo "$f missing (see the header of $0)" | tee -a "$LOG"; exit 2; }
 done
 cp kernels/gluon_heads.py /tmp/gluon_heads_main.py
@@ -36,8 +37,8 @@ NCU_LOG=s33.log TOTAL=$(( END - SECONDS - 250 )) TAG=_pipeline \
 restore
 
 if fits 240 "the post rows' A/B"; then
-  step "A/B: the post rows' residual load beside the last GEMM, against main's"
-  cp gluon_rows_w2.py kernels/gluon_rows.py
+  step "A/B: branch s32-post-rows-lnsmem's post rows against main's"
+  cp gluon_rows_next.py kernels/gluon_rows.py
   KERNEL=kernels/gluon_rows.py BASE=/tmp/gluon_rows_main.py CASES="6 5" \
     TESTS="tests/kernels/test_gluon_rows.py tests/kernels/test_gluon_heads.py" \
     bash scripts/h200_s32_ab.sh 2>&1 | tail -30 | tee -a "$LOG"
