@@ -3,6 +3,7 @@
 # with two branches' kernel files beside it, untracked at the root:
 #   git show s32-heads-pipeline:kernels/gluon_heads.py > gluon_heads_pipeline.py
 #   git show s32-post-rows-lnsmem:kernels/gluon_rows.py > gluon_rows_next.py
+#   git show s32-post-rows-lnsmem:tests/kernels/test_gluon_rows.py > test_gluon_rows_next.py
 # 1. where case 6's kernels wait (ncu PC sampling, scripts/h200_s31_ncu.sh): main's heads
 #    attention and post rows, then the pipelined heads attention (session 32: 13% slower,
 #    cause open; docs/kernels_h200.md, "Session 32");
@@ -18,12 +19,17 @@ export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s33.log"
 TOTAL=${TOTAL:-570}  # fits (device_prelude.sh) counts against it
 END=$TOTAL
-for f in gluon_heads_pipeline.py gluon_rows_next.py; do
+for f in gluon_heads_pipeline.py gluon_rows_next.py test_gluon_rows_next.py; do
   [ -f "$f" ] || { echo "$f missing (see the header of $0)" | tee -a "$LOG"; exit 2; }
 done
 cp kernels/gluon_heads.py /tmp/gluon_heads_main.py
 cp kernels/gluon_rows.py /tmp/gluon_rows_main.py
-restore() { cp /tmp/gluon_heads_main.py kernels/gluon_heads.py; cp /tmp/gluon_rows_main.py kernels/gluon_rows.py; }
+cp tests/kernels/test_gluon_rows.py /tmp/test_gluon_rows_main.py
+restore() {
+  cp /tmp/gluon_heads_main.py kernels/gluon_heads.py
+  cp /tmp/gluon_rows_main.py kernels/gluon_rows.py
+  cp /tmp/test_gluon_rows_main.py tests/kernels/test_gluon_rows.py
+}
 trap restore EXIT
 
 step "ncu: main's heads attention and post rows (case 6)"
@@ -38,7 +44,8 @@ restore
 
 if fits 240 "the post rows' A/B"; then
   step "A/B: branch s32-post-rows-lnsmem's post rows against main's"
-  cp gluon_rows_next.py kernels/gluon_rows.py
+  cp gluon_rows_next.py kernels/gluon_rows.py  # and its tests (its shared-bytes formula)
+  cp test_gluon_rows_next.py tests/kernels/test_gluon_rows.py
   KERNEL=kernels/gluon_rows.py BASE=/tmp/gluon_rows_main.py CASES="6 5" \
     TESTS="tests/kernels/test_gluon_rows.py tests/kernels/test_gluon_heads.py" \
     bash scripts/h200_s32_ab.sh 2>&1 | tail -30 | tee -a "$LOG"
