@@ -265,6 +265,11 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
             ["report", "--gpu", "h200", "--bench", "b.csv", "--bench-before", "/no/a.csv"],
             "'/no/a.csv' does not exist",
         ),
+        (["report", "--gpu", "h200", "--bench-history", "a.csv"], "needs --bench (this run's"),
+        (
+            ["report", "--gpu", "h200", "--bench", "b.csv", "--bench-history", "/no/a.csv"],
+            "'/no/a.csv' does not exist",
+        ),
         (
             ["report", "--gpu", "h200", "--bench", "b.csv", "--target", "0.5"],
             "not a speedup above 1",
@@ -372,7 +377,8 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_
     assert (
         cli(
             f"report --gpu cpu --storage {pipeline['db']} --table {pipeline['table']} "
-            f"--bench {csv} --bench-before {csv} --notes {notes} --out {out}"
+            f"--bench {csv} --bench-before {csv} --bench-history {csv} {csv} --notes {notes} "
+            f"--out {out}"
         )
         == 0
     )
@@ -388,6 +394,7 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_
         "missed by 3.7x, measured",
         "## Against an earlier bench",
         "the table's medians x1.000 of the earlier run's",
+        "## At the references of earlier benches",
     ):
         assert section in page, section
     for png in ("speedups.png", "pareto.png", "history.png"):

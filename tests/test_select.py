@@ -380,6 +380,43 @@ def test_report_holds_a_bench_against_an_earlier_one_at_either_runs_reference() 
     )
 
 
+def test_report_holds_the_table_at_the_median_and_the_fastest_earlier_references() -> None:
+    """Earlier benches' references: per case their median with this run's (the runs that
+    timed the case), the run whose references are fastest in geometric mean over the cases
+    every run timed, and this run's table medians at both."""
+    import pandas as pd
+
+    from autotune.tools.report import bench_history_markdown
+
+    now = pd.DataFrame(
+        [
+            {"case": "1", "ref_ms": 4.0, "table_ms": 0.1},
+            {"case": "2", "ref_ms": 3.0, "table_ms": 0.1},
+            {"case": "3", "ref_ms": None, "table_ms": None},  # not timed: left out
+        ]
+    )
+    fast = pd.DataFrame([{"case": "1", "ref_ms": 2.0}, {"case": "2", "ref_ms": 2.5}])
+    slow = pd.DataFrame(
+        [{"case": "1", "ref_ms": 9.0}, {"case": "1", "ref_ms": 3.0}, {"case": "2", "ref_ms": 5.0}]
+    )
+    part = pd.DataFrame([{"case": "1", "ref_ms": 1.0}])  # fastest on case 1, but not full
+    text = "\n".join(
+        bench_history_markdown(now, [("fast.csv", fast), ("slow.csv", slow), ("part.csv", part)])
+    )
+    assert "Cases 1, 2:" in text and "fastest run (" in text
+    assert "cases every run timed: fast.csv)" in text
+    # case 1: references 4, 2, 3 (the last row of slow.csv), 1 -> median 2.5 over 4 runs
+    assert re.search(r"\|\s+1 \|\s+0\.100 \|\s+4\.000 \|\s+2\.500 \(4\) \|\s+2\.000 \|", text)
+    assert re.search(r"\|\s+2 \|.*\|\s+3\.000 \(3\) \|\s+2\.500 \|", text)
+    this = (40 * 30) ** 0.5
+    median = (25 * 30) ** 0.5
+    fastest = (20 * 25) ** 0.5
+    assert (
+        f"{this:.2f}x in this run, {median:.2f}x at each case's median reference, "
+        f"{fastest:.2f}x at the fastest run's references (fast.csv)"
+    ) in text
+
+
 def test_report_says_where_each_cases_time_goes_beside_its_floor() -> None:
     """From a bench CSV with the hot path: per case the host and GPU time, what paces it,
     the floor at the profile's ceilings and the time a target speedup needs; the cases

@@ -155,6 +155,16 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"--bench-before {args.bench_before!r} does not exist; give an earlier "
             "'autotune bench --csv' file"
         )
+    if args.bench_history and not args.bench:
+        raise ValueError(
+            f"--bench-history {args.bench_history[0]!r} needs --bench (this run's CSV)"
+        )
+    for path in args.bench_history or []:
+        if not Path(path).is_file():
+            raise ValueError(
+                f"--bench-history {path!r} does not exist; give earlier 'autotune bench "
+                "--csv' files"
+            )
     if args.unseen and not Path(args.unseen).is_file():
         raise ValueError(f"--unseen {args.unseen!r} does not exist; give an 'autotune unseen' CSV")
     studies = profile_studies(open_storage(args.storage), args.gpu)
@@ -181,6 +191,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         unseen_csv=args.unseen,
         target=args.target,
         bench_before=args.bench_before,
+        bench_history=args.bench_history,
     )
     print(f"wrote {path}")
     return 0
@@ -348,6 +359,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         metavar="CSV",
         help="an earlier 'autotune bench --csv' file: the table's and the reference's "
         "medians case by case, and this run's table at its reference times",
+    )
+    p.add_argument(
+        "--bench-history",
+        nargs="+",
+        metavar="CSV",
+        help="earlier 'autotune bench --csv' files: this run's table at each case's median "
+        "reference over them and this run, and at the fastest run's references",
     )
     p.set_defaults(func=cmd_report)
 

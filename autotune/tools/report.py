@@ -203,6 +203,58 @@ def bench_frame(csv_path: str | Path) -> pd.DataFrame:
     return frame
 
 
+def bench_history_markdown(
+    frame: pd.DataFrame, history: list[tuple[str, pd.DataFrame]]
+) -> list[str]:
+    """This run's table medians at the reference times of earlier benches: per case the
+    median of the reference's medians over this run and every earlier one that timed the
+    case, and the references of the fastest run (the lowest geometric mean over the cases
+    every run timed). On the launch-bound cases the reference follows the host and swings
+    between processes, so one run's speedup says as much about its reference as about the
+    table; these two figures hold the table against the references seen so far."""
+    now = frame[frame["table_ms"].notna() & frame["ref_ms"].notna()]
+    now = now.drop_duplicates("case", keep="last").set_index("case")[["ref_ms", "table_ms"]]
+    refs = {"this run": now["ref_ms"]}
+    for name, before in history:
+        timed = before[before["ref_ms"].notna()].drop_duplicates("case", keep="last")
+        refs[name] = timed.set_index("case")["ref_ms"]
+    grid = pd.DataFrame(refs).reindex(now.index)
+    full = [c for c in grid if grid[c].notna().all()]  # runs that timed every case
+    fastest = min(full, key=lambda c: _geomean(grid[c]))
+    median = grid.median(axis=1)
+    rows = [
+        {
+            "case": case,
+            "table ms": f"{now.at[case, 'table_ms']:.3f}",
+            "ref ms": f"{now.at[case, 'ref_ms']:.3f}",
+            "median ref": f"{median[case]:.3f} ({int(grid.loc[case].notna().sum())})",
+            "fastest run's ref": f"{grid.at[case, fastest]:.3f}",
+            "speedup": f"{now.at[case, 'ref_ms'] / now.at[case, 'table_ms']:.2f}x",
+            "at the median": f"{median[case] / now.at[case, 'table_ms']:.2f}x",
+            "at the fastest run's": f"{grid.at[case, fastest] / now.at[case, 'table_ms']:.2f}x",
+        }
+        for case in now.index
+    ]
+    return [
+        "## At the references of earlier benches",
+        "",
+        f"Cases {', '.join(map(str, now.index))}: this run's table medians at each case's "
+        f"median reference over this run and {len(history)} earlier bench(es) (in brackets, "
+        "how many timed the case), and at the references of the fastest run (the lowest "
+        f"geometric mean over the cases every run timed: {fastest}).",
+        "",
+        pd.DataFrame(rows).to_markdown(
+            index=False, disable_numparse=True, colalign=["right"] * len(rows[0])
+        ),
+        "",
+        f"Geometric means over {len(now)} cases: {_geomean(now['ref_ms'] / now['table_ms']):.2f}x "
+        f"in this run, {_geomean(median / now['table_ms']):.2f}x at each case's median "
+        f"reference, {_geomean(grid[fastest] / now['table_ms']):.2f}x at the fastest run's "
+        f"references ({fastest}).",
+        "",
+    ]
+
+
 def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) -> list[str]:
     """Where each benched case's time goes, from a ``bench --hot-path`` CSV: the table's
     time, host time a call and device time a forward (kernels), what paces it, its floor at
@@ -525,6 +577,7 @@ def write_report(
     unseen_csv: str | Path | None = None,
     target: float | None = None,
     bench_before: str | Path | None = None,
+    bench_history: list[str] | None = None,
 ) -> Path:
     """A markdown page: tables (pandas) and figures (matplotlib), with provenance; a
     hand-written ``notes`` file (targets, misses, what would close them) is appended."""
@@ -616,6 +669,9 @@ def write_report(
         lines += time_goes_markdown(frame, profile, target)
         if bench_before:
             lines += bench_change_markdown(frame, bench_frame(bench_before), bench_before)
+        if bench_history:
+            history = [(str(Path(p).name), bench_frame(p)) for p in bench_history]
+            lines += bench_history_markdown(frame, history)
     if table is not None:
         rows = []
 
