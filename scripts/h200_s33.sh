@@ -6,7 +6,8 @@
 #   git show s32-post-rows-lnsmem:tests/kernels/test_gluon_rows.py > test_gluon_rows_next.py
 # 1. where case 6's kernels wait (ncu PC sampling, scripts/h200_s31_ncu.sh): main's heads
 #    attention and post rows, then the pipelined heads attention (session 32: 13% slower,
-#    cause open; docs/kernels_h200.md, "Session 32");
+#    cause open; docs/kernels_h200.md, "Session 32"; afterwards, on the CPU: python3
+#    scripts/ncu_summary.py ncu_src_c6_heads.csv --against ncu_src_c6_heads_pipeline.csv);
 # 2. the post rows of branch s32-post-rows-lnsmem (the residual load beside the last GEMM,
 #    s32-post-rows-w2, and the late LayerNorm's weight and bias in shared memory) against
 #    main's, after the Gluon GPU tests (scripts/h200_s32_ab.sh, cases 6 and 5);

@@ -1,8 +1,12 @@
 """Summarise an Nsight Compute source page (``ncu -i R --page source --csv --print-source
 sass``): where one kernel's warps were sampled, by stall reason, by opcode and by SASS
-instruction (the PC sampling of the SourceCounters section).
+instruction (the PC sampling of the SourceCounters section); with ``--against`` another
+kernel's page beside it, reason by reason and opcode by opcode (the samples of two pages
+taken at one sampling interval count time: the difference says where a slower kernel's
+extra time went).
 
     python3 scripts/ncu_summary.py docs/logs/s31/ncu_src_c6_heads.csv [--top 30]
+    python3 scripts/ncu_summary.py ncu_src_c6_heads.csv --against ncu_src_c6_heads_pipeline.csv
 """
 
 from __future__ import annotations
@@ -24,49 +28,86 @@ def read(path: str) -> tuple[list[str], list[list[str]]]:
     return head, body
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("csv")
-    ap.add_argument("--top", type=int, default=25, help="instructions to list (default 25)")
-    args = ap.parse_args(argv)
+def _num(v: str) -> float:
     try:
-        head, body = read(args.csv)
-    except (OSError, StopIteration) as e:
-        why = e or "no header"
-        fix = "export one with --page source --csv --print-source sass"
-        print(f"ncu_summary: {args.csv} is not an ncu source page ({why}); {fix}", file=sys.stderr)
-        return 2
+        return float(v)
+    except ValueError:
+        return 0.0
+
+
+def tallies(head: list[str], body: list[list[str]]) -> tuple[float, Counter, Counter]:
+    """A page's samples: in all, by stall reason, by opcode (without its guard predicate
+    and modifiers)."""
     src = head.index("Address") + 1  # the SASS text follows the address
     n_at = head.index("# Samples")
     stalls = [
         (i, h) for i, h in enumerate(head) if h.startswith("stall_") and "Not Issued" not in h
     ]
+    total = sum(_num(r[n_at]) for r in body)
+    by_reason = Counter({h[6:]: sum(_num(r[i]) for r in body) for i, h in stalls})
+    ops: Counter = Counter()
+    for r in body:
+        words = [w for w in r[src].split() if not w.startswith("@")]
+        ops[words[0].split(".")[0] if words else "?"] += _num(r[n_at])
+    return total, by_reason, ops
 
-    def num(v: str) -> float:
+
+def compare(a: tuple[float, Counter, Counter], b: tuple[float, Counter, Counter]) -> list[str]:
+    """Lines of two pages side by side: samples by reason and by opcode in each, and the
+    second's minus the first's as a share of the first's total (the reasons and opcodes
+    where the second spent more time first)."""
+    (ta, ra, oa), (tb, rb, ob) = a, b
+    lines = [f"samples: {ta:.0f} -> {tb:.0f} ({tb / ta - 1:+.1%})" if ta else "no samples"]
+    for title, ca, cb in (("reason", ra, rb), ("opcode", oa, ob)):
+        keys = sorted(set(ca) | set(cb), key=lambda k: -abs(cb[k] - ca[k]))[:10]
+        lines.append(f"by {title}, largest changes first (first, second, change / first's total):")
+        for k in keys:
+            if ca[k] or cb[k]:
+                lines.append(
+                    f"  {k:16s} {ca[k]:8.0f} {cb[k]:8.0f}  {(cb[k] - ca[k]) / max(ta, 1):+7.1%}"
+                )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv")
+    ap.add_argument("--top", type=int, default=25, help="instructions to list (default 25)")
+    ap.add_argument("--against", metavar="CSV", help="another page: the two side by side")
+    args = ap.parse_args(argv)
+    pages = []
+    for path in [args.csv] + ([args.against] if args.against else []):
         try:
-            return float(v)
-        except ValueError:
-            return 0.0
-
-    total = sum(num(r[n_at]) for r in body)
+            pages.append(read(path))
+        except (OSError, StopIteration) as e:
+            why = e or "no header"
+            fix = "export one with --page source --csv --print-source sass"
+            print(f"ncu_summary: {path} is not an ncu source page ({why}); {fix}", file=sys.stderr)
+            return 2
+    if args.against:
+        print(f"{args.csv} -> {args.against}")
+        print("\n".join(compare(*(tallies(*p) for p in pages))))
+        return 0
+    head, body = pages[0]
+    src = head.index("Address") + 1
+    n_at = head.index("# Samples")
+    stalls = [
+        (i, h) for i, h in enumerate(head) if h.startswith("stall_") and "Not Issued" not in h
+    ]
+    total, by_reason, ops = tallies(head, body)
     print(f"{args.csv}: {len(body)} SASS instructions, {total:.0f} samples")
     if not total:
         return 0
-    by_reason = Counter({h[6:]: sum(num(r[i]) for r in body) for i, h in stalls})
     shares = [f"{k} {v / total:.1%}" for k, v in by_reason.most_common(9) if v]
     print("by reason: " + ", ".join(shares))
-    ops = Counter()
-    for r in body:  # the opcode without its guard predicate and modifiers
-        words = [w for w in r[src].split() if not w.startswith("@")]
-        ops[words[0].split(".")[0] if words else "?"] += num(r[n_at])
     print("by opcode: " + ", ".join(f"{k} {v / total:.1%}" for k, v in ops.most_common(12)))
     print(f"top {args.top} instructions (samples, share, first reasons):")
-    ranked = sorted(range(len(body)), key=lambda j: -num(body[j][n_at]))[: args.top]
+    ranked = sorted(range(len(body)), key=lambda j: -_num(body[j][n_at]))[: args.top]
     for j in ranked:
         r = body[j]
-        why = sorted(((num(r[i]), h[6:]) for i, h in stalls), reverse=True)[:3]
-        reasons = " ".join(f"{h} {v / max(num(r[n_at]), 1):.0%}" for v, h in why if v)
-        n = num(r[n_at])
+        why = sorted(((_num(r[i]), h[6:]) for i, h in stalls), reverse=True)[:3]
+        reasons = " ".join(f"{h} {v / max(_num(r[n_at]), 1):.0%}" for v, h in why if v)
+        n = _num(r[n_at])
         print(f"  {j:5d} {n:7.0f} {n / total:5.1%}  {r[src].strip()[:60]:60s} {reasons}")
     return 0
 
