@@ -267,6 +267,10 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         ),
         (["report", "--gpu", "h200", "--bench-history", "a.csv"], "needs --bench (this run's"),
         (
+            ["report", "--gpu", "h200", "--bench", "pyproject.toml"],
+            "pyproject.toml is not an 'autotune bench --csv' file",
+        ),
+        (
             ["report", "--gpu", "h200", "--bench", "b.csv", "--bench-history", "/no/a.csv"],
             "'/no/a.csv' does not exist",
         ),

@@ -167,6 +167,11 @@ def cmd_report(args: argparse.Namespace) -> int:
             )
     if args.unseen and not Path(args.unseen).is_file():
         raise ValueError(f"--unseen {args.unseen!r} does not exist; give an 'autotune unseen' CSV")
+    from autotune.tools.report import bench_frame
+
+    for path in [args.bench, args.bench_before, *(args.bench_history or [])]:
+        if path and Path(path).is_file():  # before anything is written
+            bench_frame(path)
     studies = profile_studies(open_storage(args.storage), args.gpu)
     table, table_path = _table_or_none(args.table, args.gpu)
     if not studies and table is None:

@@ -195,9 +195,25 @@ def _plt() -> Any:
     return plt
 
 
+BENCH_COLUMNS = ("case", "verdict", "ref_ms", "table_ms", "speedup")
+
+
 def bench_frame(csv_path: str | Path) -> pd.DataFrame:
-    """Rows of ``autotune bench --csv`` (anchors decoded)."""
-    frame = pd.read_csv(csv_path, dtype={"case": str})
+    """Rows of ``autotune bench --csv`` (anchors decoded); a ValueError naming the file
+    where it is not one (no such columns, or not a CSV)."""
+    try:
+        frame = pd.read_csv(csv_path, dtype={"case": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ValueError(
+            f"{csv_path} is not an 'autotune bench --csv' file ({exc}); give one that "
+            "autotune bench wrote"
+        ) from None
+    missing = [c for c in BENCH_COLUMNS if c not in frame]
+    if missing:
+        raise ValueError(
+            f"{csv_path} is not an 'autotune bench --csv' file: no column "
+            f"{', '.join(missing)}; give one that autotune bench wrote"
+        )
     if "anchors" in frame:
         frame["anchors"] = frame["anchors"].fillna("{}").map(json.loads)
     return frame
