@@ -35,14 +35,17 @@ def _num(v: str) -> float:
         return 0.0
 
 
+def stall_columns(head: list[str]) -> list[tuple[int, str]]:
+    """The page's stall reason columns (all samples, not the Not Issued ones)."""
+    return [(i, h) for i, h in enumerate(head) if h.startswith("stall_") and "Not Issued" not in h]
+
+
 def tallies(head: list[str], body: list[list[str]]) -> tuple[float, Counter, Counter]:
     """A page's samples: in all, by stall reason, by opcode (without its guard predicate
     and modifiers)."""
     src = head.index("Address") + 1  # the SASS text follows the address
     n_at = head.index("# Samples")
-    stalls = [
-        (i, h) for i, h in enumerate(head) if h.startswith("stall_") and "Not Issued" not in h
-    ]
+    stalls = stall_columns(head)
     total = sum(_num(r[n_at]) for r in body)
     by_reason = Counter({h[6:]: sum(_num(r[i]) for r in body) for i, h in stalls})
     ops: Counter = Counter()
@@ -91,9 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     head, body = pages[0]
     src = head.index("Address") + 1
     n_at = head.index("# Samples")
-    stalls = [
-        (i, h) for i, h in enumerate(head) if h.startswith("stall_") and "Not Issued" not in h
-    ]
+    stalls = stall_columns(head)
     total, by_reason, ops = tallies(head, body)
     print(f"{args.csv}: {len(body)} SASS instructions, {total:.0f} samples")
     if not total:
