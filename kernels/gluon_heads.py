@@ -68,9 +68,11 @@ SUPPORTED_D_MODELS = gluon_rows.SUPPORTED_D_MODELS
 # wgmma's K is a multiple of 16 (the scores' K is the head dim): heads of 8 go in pairs
 SUPPORTED_HEAD_DIMS = (8, 16, 32, 64, 128)
 WARPGROUP_ROWS = 64  # one warpgroup's wgmma rows: a program's key tile is 64 a warpgroup
+BIAS_K = 16  # the bias's wgmma reduction (fp16's smallest): its high and low parts, zeros
 SMEM_LIMIT = gluon_rows.SMEM_LIMIT
 
 if not GLUON_ERROR:
+    _BIAS_K: gl.constexpr = gl.constexpr(BIAS_K)
 
     @gluon.jit
     def _copy_rows(smem, src_ptr, b, batch, seq_len, D: gl.constexpr, BLOCK_S: gl.constexpr,
@@ -85,39 +87,30 @@ if not GLUON_ERROR:
         _cp_async(smem, ptrs, mask=mask)
 
     @gluon.jit
-    def _with_bias(p, bias):
-        """A projection's accumulator plus its bias, rounded once to fp16."""
-        return (p + gl.expand_dims(bias, 0)).to(gl.float16)
+    def _project(a_s, w_s, bias_s, ones, zeros):
+        """Issue ``rows @ W^T + b`` (``W`` resident ``[slot columns, D]``), asynchronously:
+        the accumulator starts as ``ones @ B^T``, ``B`` the bias's ``[slot columns, 16]``
+        matrix (its fp16 high and low parts in the first two columns, zeros after), so the
+        bias is added by the tensor cores in fp32, no register load of it."""
+        acc = warpgroup_mma(ones, bias_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
+        return warpgroup_mma(a_s, w_s.permute((1, 0)), acc, is_async=True)
 
     @gluon.jit
-    def _project(a_s, w_s, zeros):
-        """Issue ``rows @ W^T`` (``W`` resident ``[slot columns, D]``), asynchronously."""
-        return warpgroup_mma(a_s, w_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
-
-    @gluon.jit
-    def _slot_projections(a_s, wq, wk, wv, bq_s, bk_s, bv_s, zeros, ACC_H: gl.constexpr,
+    def _slot_projections(a_s, wq, wk, wv, bq_s, bk_s, bv_s, ones, zeros,
                           TOGETHER: gl.constexpr):  # fmt: skip
-        """The slot's q, k, v (fp16, with their bias, resident in shared memory): with
-        ``TOGETHER`` the three wgmma issued back to back, the biases read while they run,
-        and waited for once (three accumulators live: up to 64 columns), else one at a
-        time."""
-        cols: gl.constexpr = gl.SliceLayout(0, ACC_H)
+        """The slot's q, k, v (fp16, with their bias, rounded once): with ``TOGETHER`` the
+        three projections issued back to back and waited for once (three accumulators live:
+        up to 64 columns), else one at a time."""
         if TOGETHER:
-            q = _project(a_s, wq, zeros)
-            k = _project(a_s, wk, zeros)
-            v = _project(a_s, wv, zeros)
-            bq = bq_s.load(cols)
-            bk = bk_s.load(cols)
-            bv = bv_s.load(cols)
+            q = _project(a_s, wq, bq_s, ones, zeros)
+            k = _project(a_s, wk, bk_s, ones, zeros)
+            v = _project(a_s, wv, bv_s, ones, zeros)
             q, k, v = warpgroup_mma_wait(num_outstanding=0, deps=(q, k, v))
-        else:  # (wide slots: the biases after each wait, no registers held across it)
-            q = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wq, zeros),))
-            bq = bq_s.load(cols)
-            k = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wk, zeros),))
-            bk = bk_s.load(cols)
-            v = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wv, zeros),))
-            bv = bv_s.load(cols)
-        return _with_bias(q, bq), _with_bias(k, bk), _with_bias(v, bv)
+        else:
+            q = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wq, bq_s, ones, zeros),))
+            k = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wk, bk_s, ones, zeros),))
+            v = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wv, bv_s, ones, zeros),))
+        return q.to(gl.float16), k.to(gl.float16), v.to(gl.float16)
 
     @gluon.jit
     def _key_extent(kb, offs, seq_len):
@@ -199,9 +192,10 @@ if not GLUON_ERROR:
             c0 = col0 + t * SW  # the slot's first column
             offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
             zeros_h = gl.zeros([BLOCK_S, SW], gl.float32, ACC_H)
+            ones = gl.full([BLOCK_S, _BIAS_K], 1.0, gl.float16, P_OP)  # the bias's A operand
             q, k, v = _slot_projections(a_s, wq_s.index(t), wk_s.index(t), wv_s.index(t),
                                         b_s.index(t), b_s.index(SLOTS + t),
-                                        b_s.index(2 * SLOTS + t), zeros_h, ACC_H,
+                                        b_s.index(2 * SLOTS + t), ones, zeros_h,
                                         SW <= 64)  # fmt: skip
             k_s.index(buf).store(k)
             v_s.index(buf).store(v)
@@ -244,7 +238,8 @@ if not GLUON_ERROR:
         HAS_KEY_MASK: gl.constexpr, NORMED: gl.constexpr, KV_BUFS: gl.constexpr,
         ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr, P_OP: gl.constexpr,
         SMEM_A: gl.constexpr, SMEM_W: gl.constexpr, SMEM_KV: gl.constexpr,
-        SMEM_B: gl.constexpr, LOAD: gl.constexpr, LOAD_W: gl.constexpr, VEC: gl.constexpr,
+        SMEM_B: gl.constexpr, LOAD: gl.constexpr, LOAD_W: gl.constexpr, LOAD_B: gl.constexpr,
+        VEC: gl.constexpr,
         STOP: gl.constexpr = 0,
         USE_GDC: gl.constexpr = 0,
     ):  # fmt: skip
@@ -276,14 +271,19 @@ if not GLUON_ERROR:
         a_s = gl.allocate_shared_memory(gl.float16, [BLOCK_S, D], SMEM_A)
         k_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
         v_s = gl.allocate_shared_memory(gl.float16, [KV_BUFS, BLOCK_S, SW], SMEM_KV)
-        # the group's q, k, v biases (fp32, [q slots, k slots, v slots]), once a program:
-        # read in every head while its projections run, not loaded from global memory
-        b_s = gl.allocate_shared_memory(gl.float32, [3 * SLOTS, SW], SMEM_B)
-        offs_b = gl.arange(0, SW, layout=VEC)
+        # the group's q, k, v biases as wgmma B operands ([q slots, k slots, v slots] of
+        # [SW, 16] fp16: each bias's high and low fp16 parts in columns 0 and 1, zeros
+        # after), once a program: each projection's accumulator starts as ones @ B^T
+        b_s = gl.allocate_shared_memory(gl.float16, [3 * SLOTS, SW, _BIAS_K], SMEM_B)
+        offs_bn = gl.arange(0, SW, layout=gl.SliceLayout(1, LOAD_B))
+        offs_bk = gl.expand_dims(gl.arange(0, _BIAS_K, layout=gl.SliceLayout(0, LOAD_B)), 0)
         for part in gl.static_range(3):
             for w in gl.static_range(SLOTS):
-                bias = gl.load(bqkv_ptr + part * D + col0 + w * SW + offs_b)
-                b_s.index(part * SLOTS + w).store(bias)
+                bias = gl.load(bqkv_ptr + part * D + col0 + w * SW + offs_bn)
+                hi = bias.to(gl.float16)
+                lo = (bias - hi.to(gl.float32)).to(gl.float16)
+                parts = gl.where(offs_bk == 0, gl.expand_dims(hi, 1), gl.expand_dims(lo, 1))
+                b_s.index(part * SLOTS + w).store(gl.where(offs_bk < 2, parts, 0.0).to(gl.float16))
         # A commit group of the weights, then one of the first sequence's rows (after the
         # wait for the previous kernel, which wrote them: USE_GDC); each sequence's rows
         # after that are a group of their own, the only one in flight.
@@ -355,8 +355,9 @@ class GluonHeadsLayouts:
     smem_kv: object
     load: object  # the sequence's rows [S, D]: 16-byte copies
     load_w: object  # a slot's weight rows [slot columns, D]
-    smem_b: object  # the biases [3 x slots, slot columns], fp32
-    vec: object  # a vector of a thread an element: the biases, the key mask's bytes
+    smem_b: object  # a bias as a wgmma B operand [slot columns, BIAS_K], fp16
+    load_b: object  # the biases' B operands, written once a program
+    vec: object  # a vector of a thread an element: the key mask's bytes
 
 
 def block_s(num_warps: int) -> int:
@@ -414,7 +415,8 @@ def gluon_heads_layouts(d_model: int, head_dim: int, num_warps: int) -> GluonHea
         smem_kv=gl.NVMMASharedLayout.get_default_for([bs, sw], gl.float16),
         load=_blocked(bs, d_model, num_warps),
         load_w=_blocked(sw, d_model, num_warps),
-        smem_b=gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]),
+        smem_b=gl.NVMMASharedLayout.get_default_for([sw, BIAS_K], gl.float16),
+        load_b=_blocked(sw, BIAS_K, num_warps),
         vec=gl.BlockedLayout(
             size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[num_warps], order=[0]
         ),
@@ -432,13 +434,13 @@ def gluon_heads_shared_bytes(
 ) -> int:
     """Shared memory a program holds: the group's q, k, v weight rows, the sequence's rows,
     and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks); the
-    group's q, k, v biases, fp32; and the reductions over a sequence's key mask (4 bytes
-    a warp that holds distinct keys, with a key mask). The compiler may align the buffers
-    a few dozen bytes further (case 7's shape: 64 B)."""
+    group's q, k, v biases as ``[columns, BIAS_K]`` fp16 matrices; and the reductions over
+    a sequence's key mask (4 bytes a warp that holds distinct keys, with a key mask). The
+    compiler may align the buffers a few dozen bytes further (case 7's shape: 64 B)."""
     bs, sw = block_s(num_warps), slot_width(head_dim)
     kv_bufs = kv_bufs or kv_buffers(d_model, head_dim, heads, num_warps)
     tiles = 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * sw)
-    return tiles + 4 * 3 * heads * head_dim + 4 * (bs // 32)
+    return tiles + 2 * 3 * heads * head_dim * BIAS_K + 4 * (bs // 32)
 
 
 def gluon_heads_problems(
@@ -531,8 +533,8 @@ def launch_heads_attention_gluon(
         CAUSAL=bool(causal), HAS_KEY_MASK=mask_bytes is not None, NORMED=normed is not None,
         KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
         SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, SMEM_B=lay.smem_b,
-        LOAD=lay.load, LOAD_W=lay.load_w, VEC=lay.vec, STOP=stop, USE_GDC=use_gdc,
-        num_warps=num_warps,
+        LOAD=lay.load, LOAD_W=lay.load_w, LOAD_B=lay.load_b, VEC=lay.vec, STOP=stop,
+        USE_GDC=use_gdc, num_warps=num_warps,
         **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
     key = ("heads", x.device.index, d_model, head_dim, heads, num_warps, causal,

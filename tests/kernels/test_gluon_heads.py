@@ -77,12 +77,13 @@ def test_shared_memory_and_the_kv_buffers() -> None:
     """The weights of the group, the sequence's rows and k, v (two buffers where they fit):
     equal to the compiled kernels' (offline, Triton 3.6 and 3.9: tests/kernels/test_sass.py)."""
     # case 6: 4 heads of 32: 96 KiB of weights, 32 KiB of rows, 2 x 2 x 8 KiB of k, v, the
-    # biases (1.5 KiB) and the key mask's reductions (4 warps of distinct keys)
-    assert gluon_heads.gluon_heads_shared_bytes(128, 32, 4, 8) == 163_840 + 1_536 + 16
+    # biases as wgmma operands (3 x 128 columns x 16 halves: 12 KiB) and the key mask's
+    # reductions (4 warps of distinct keys)
+    assert gluon_heads.gluon_heads_shared_bytes(128, 32, 4, 8) == 163_840 + 12_288 + 16
     assert gluon_heads.kv_buffers(128, 32, 4, 8) == 2
     # case 9: one head of 128: two buffers would be 256 KiB; one fits (192 KiB)
     assert gluon_heads.kv_buffers(128, 128, 1, 8) == 1
-    assert gluon_heads.gluon_heads_shared_bytes(128, 128, 1, 8) == 196_608 + 1_536 + 16
+    assert gluon_heads.gluon_heads_shared_bytes(128, 128, 1, 8) == 196_608 + 12_288 + 16
     assert _problems(num_heads=1, heads=1) == []
 
 

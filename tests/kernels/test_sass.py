@@ -518,9 +518,10 @@ def test_inspect_compiles_the_gluon_heads_attention_for_sm_90(
     for k in attention:
         assert k["num_warps"] == 8 and k["programs"] == programs and k["stack"] == 0, k
         assert k["shared"] == gluon_heads_shared_bytes(128, 32, heads, 8)
-        # 2 warpgroups of 64 rows: q, k, v 8 wgmma each (K 128), scores 2 (K 32), context 8;
-        # twice: a sequence masked by position, one with holes (session 31)
-        assert k["sass"]["mma"] == 2 * (3 * 8 + 2 + 8)
+        # 2 warpgroups of 64 rows: q, k, v 8 wgmma each (K 128) and one for each bias (K 16),
+        # scores 2 (K 32), context 8; twice: a sequence masked by position, one with holes
+        # (session 31)
+        assert k["sass"]["mma"] == 2 * (3 * 9 + 2 + 8)
 
 
 # Compiles the three Gluon kernels offline with programmatic dependent launch and prints,
