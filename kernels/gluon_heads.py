@@ -69,10 +69,14 @@ SUPPORTED_D_MODELS = gluon_rows.SUPPORTED_D_MODELS
 SUPPORTED_HEAD_DIMS = (8, 16, 32, 64, 128)
 WARPGROUP_ROWS = 64  # one warpgroup's wgmma rows: a program's key tile is 64 a warpgroup
 BIAS_K = 16  # the bias's wgmma reduction (fp16's smallest): its high and low parts, zeros
+# slots up to this wide store their context in 16-byte vectors (through a shared memory
+# conversion of [S, slot columns] fp16); wider slots from the accumulator's rows
+WIDE_STORE_MAX = 64
 SMEM_LIMIT = gluon_rows.SMEM_LIMIT
 
 if not GLUON_ERROR:
     _BIAS_K: gl.constexpr = gl.constexpr(BIAS_K)
+    _WIDE_STORE_MAX: gl.constexpr = gl.constexpr(WIDE_STORE_MAX)
 
     @gluon.jit
     def _copy_rows(smem, src_ptr, b, batch, seq_len, D: gl.constexpr, BLOCK_S: gl.constexpr,
@@ -178,7 +182,7 @@ if not GLUON_ERROR:
                         MASK_BYTES: gl.constexpr, NORMED: gl.constexpr,
                         KV_BUFS: gl.constexpr, ACC_H: gl.constexpr, ACC_S: gl.constexpr,
                         Q_OP: gl.constexpr, P_OP: gl.constexpr, LOAD: gl.constexpr,
-                        STOP: gl.constexpr):  # fmt: skip
+                        STORE: gl.constexpr, STOP: gl.constexpr):  # fmt: skip
         """Sequence ``b``'s slots of heads, one after another (its rows in ``a_s``, every
         copy before them complete and visible): each slot's q, k, v, its heads'
         attention and their context columns stored; after the last slot's projections the
@@ -206,6 +210,7 @@ if not GLUON_ERROR:
             if NORMED and t == SLOTS - 1:  # the rows are free: the next sequence's
                 _copy_rows(a_s, normed_ptr, b + step, batch, seq_len, D, BLOCK_S, LOAD)
             async_copy.commit_group()  # (an empty group at the other slots)
+            o_slot = zeros_h  # the slot's context: each head's own columns
             for j in gl.static_range(PAIR):
                 mine = gl.expand_dims(offs_h // HD == j, 0)  # head j's columns of the slot
                 qj = q
@@ -220,12 +225,29 @@ if not GLUON_ERROR:
                     o = k.to(gl.float32)
                 if STOP == 3:
                     o = v.to(gl.float32)
-                offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
-                rows_out = b.to(gl.int64) * seq_len + offs_r
+                if SW > _WIDE_STORE_MAX:  # each head's columns from the accumulator's rows
+                    offs_r = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, ACC_H))
+                    rows_out = b.to(gl.int64) * seq_len + offs_r
+                    ptrs = (ctx_ptr + gl.expand_dims(rows_out, 1) * D
+                            + gl.expand_dims(c0 + offs_h, 0))  # fmt: skip
+                    ok_out = gl.expand_dims(offs_r < seq_len, 1) & mine
+                    gl.store(ptrs, o.to(gl.float16), mask=ok_out)
+                elif PAIR > 1:
+                    o_slot = gl.where(mine, o, o_slot)
+                else:
+                    o_slot = o
+            if SW <= _WIDE_STORE_MAX:
+                # One store a slot in 16-byte vectors (a layout conversion through shared
+                # memory), not 4-byte pieces of the accumulator's rows: a quarter of the
+                # store instructions, whole 32-byte sectors.
+                o16 = gl.convert_layout(o_slot.to(gl.float16), STORE)
+                offs_sr = gl.arange(0, BLOCK_S, layout=gl.SliceLayout(1, STORE))
+                offs_sc = gl.arange(0, SW, layout=gl.SliceLayout(0, STORE))
+                rows_out = b.to(gl.int64) * seq_len + offs_sr
                 ptrs = (ctx_ptr + gl.expand_dims(rows_out, 1) * D
-                        + gl.expand_dims(c0 + offs_h, 0))  # fmt: skip
-                ok_out = gl.expand_dims(offs_r < seq_len, 1) & mine
-                gl.store(ptrs, o.to(gl.float16), mask=ok_out)
+                        + gl.expand_dims(c0 + offs_sc, 0))  # fmt: skip
+                ok_out = gl.expand_dims(offs_sr < seq_len, 1) & gl.expand_dims(offs_sc < SW, 0)
+                gl.store(ptrs, o16, mask=ok_out)
             if KV_BUFS == 1:  # every warp done with k, v before the next slot's stores
                 _cta_barrier()
 
@@ -239,7 +261,7 @@ if not GLUON_ERROR:
         ACC_H: gl.constexpr, ACC_S: gl.constexpr, Q_OP: gl.constexpr, P_OP: gl.constexpr,
         SMEM_A: gl.constexpr, SMEM_W: gl.constexpr, SMEM_KV: gl.constexpr,
         SMEM_B: gl.constexpr, LOAD: gl.constexpr, LOAD_W: gl.constexpr, LOAD_B: gl.constexpr,
-        VEC: gl.constexpr,
+        STORE: gl.constexpr, VEC: gl.constexpr,
         STOP: gl.constexpr = 0,
         USE_GDC: gl.constexpr = 0,
     ):  # fmt: skip
@@ -323,19 +345,19 @@ if not GLUON_ERROR:
                                     key_mask_ptr, b, step, batch, seq_len, key_end,
                                     qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
                                     CAUSAL, False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
-                                    P_OP, LOAD, STOP)  # fmt: skip
+                                    P_OP, LOAD, STORE, STOP)  # fmt: skip
                 else:  # holes: each head reads the mask's bytes
                     _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
                                     key_mask_ptr, b, step, batch, seq_len, key_end,
                                     qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
                                     CAUSAL, True, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
-                                    P_OP, LOAD, STOP)  # fmt: skip
+                                    P_OP, LOAD, STORE, STOP)  # fmt: skip
             else:
                 _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
                                 key_mask_ptr, b, step, batch, seq_len, seq_len,
                                 qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S, CAUSAL,
                                 False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP, P_OP, LOAD,
-                                STOP)  # fmt: skip
+                                STORE, STOP)  # fmt: skip
             count += SLOTS
         async_copy.wait_group(0)  # the last, empty, copies
         if USE_GDC == 2:
@@ -357,6 +379,7 @@ class GluonHeadsLayouts:
     load_w: object  # a slot's weight rows [slot columns, D]
     smem_b: object  # a bias as a wgmma B operand [slot columns, BIAS_K], fp16
     load_b: object  # the biases' B operands, written once a program
+    store: object  # a slot's context [S, slot columns]: 16-byte stores
     vec: object  # a vector of a thread an element: the key mask's bytes
 
 
@@ -417,6 +440,7 @@ def gluon_heads_layouts(d_model: int, head_dim: int, num_warps: int) -> GluonHea
         load_w=_blocked(sw, d_model, num_warps),
         smem_b=gl.NVMMASharedLayout.get_default_for([sw, BIAS_K], gl.float16),
         load_b=_blocked(sw, BIAS_K, num_warps),
+        store=_blocked(bs, sw, num_warps),
         vec=gl.BlockedLayout(
             size_per_thread=[1], threads_per_warp=[32], warps_per_cta=[num_warps], order=[0]
         ),
@@ -434,13 +458,17 @@ def gluon_heads_shared_bytes(
 ) -> int:
     """Shared memory a program holds: the group's q, k, v weight rows, the sequence's rows,
     and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks); the
-    group's q, k, v biases as ``[columns, BIAS_K]`` fp16 matrices; and the reductions over
-    a sequence's key mask (4 bytes a warp that holds distinct keys, with a key mask). The
-    compiler may align the buffers a few dozen bytes further (case 7's shape: 64 B)."""
+    group's q, k, v biases as ``[columns, BIAS_K]`` fp16 matrices; and the compiler's
+    scratch, the larger of the reductions over a sequence's key mask (4 bytes a warp that
+    holds distinct keys) and the context's conversion to 16-byte stores (a slot's
+    ``[S, columns]`` fp16, slots up to ``WIDE_STORE_MAX`` columns). The compiler may align
+    the buffers a few dozen bytes further (case 7's shape: 64 B)."""
     bs, sw = block_s(num_warps), slot_width(head_dim)
     kv_bufs = kv_bufs or kv_buffers(d_model, head_dim, heads, num_warps)
     tiles = 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * sw)
-    return tiles + 2 * 3 * heads * head_dim * BIAS_K + 4 * (bs // 32)
+    # scratch (shared by the compiler): the key mask's reductions, the context's conversion
+    scratch = max(4 * (bs // 32), 2 * bs * sw if sw <= WIDE_STORE_MAX else 0)
+    return tiles + 2 * 3 * heads * head_dim * BIAS_K + scratch
 
 
 def gluon_heads_problems(
@@ -533,7 +561,8 @@ def launch_heads_attention_gluon(
         CAUSAL=bool(causal), HAS_KEY_MASK=mask_bytes is not None, NORMED=normed is not None,
         KV_BUFS=kv_bufs, ACC_H=lay.acc_h, ACC_S=lay.acc_s, Q_OP=lay.q_op, P_OP=lay.p_op,
         SMEM_A=lay.smem_a, SMEM_W=lay.smem_w, SMEM_KV=lay.smem_kv, SMEM_B=lay.smem_b,
-        LOAD=lay.load, LOAD_W=lay.load_w, LOAD_B=lay.load_b, VEC=lay.vec, STOP=stop,
+        LOAD=lay.load, LOAD_W=lay.load_w, LOAD_B=lay.load_b,
+        STORE=lay.store, VEC=lay.vec, STOP=stop,
         USE_GDC=use_gdc, num_warps=num_warps,
         **pdl_launch(bool(use_gdc)),  # the warmup's binary is the launch's
     )  # fmt: skip
