@@ -13,14 +13,16 @@ for the whole run and loops over sequences (``S <= 64`` a warpgroup: every key i
   wrote them) are copied into shared memory with ``cp.async``, the next sequence's while
   this one's last heads run; without ``normed`` (the first layer) they are normalised here
   from the fp32 residual rows and stored there;
-- per head three wgmma make q, k and v (fp32 accumulators, the bias added, rounded to fp16
-  once); k and v go to shared memory (two buffers by head parity, so one CTA barrier a head
+- per head three wgmma make q, k and v (fp32 accumulators that start as the bias, one more
+  wgmma each of a ones tile by the bias's fp16 high and low parts; rounded to fp16 once);
+  k and v go to shared memory (two buffers by head parity, so one CTA barrier a head
   orders writes after every warp's reads), q stays in registers as the next wgmma's A
   operand;
 - the scores are one wgmma over every key (``[S, S]``, fp32), masked (causal, keys past
   the sequence, the key mask), an exact softmax in the log2 domain, the probabilities
   rounded to fp16 and multiplied by v in one more wgmma, divided by the row sums at the end
-  (a row with no valid key: context 0, as the Triton kernel);
+  (a row with no valid key: context 0, as the Triton kernel); a slot's context is stored
+  once, converted to 16-byte vectors (slots up to 64 columns);
 - the key mask is read once a sequence (one past its last valid key, and whether every key
   before that is valid): a full or right-padded sequence (the official inputs' masks) is
   masked by position alone, one compare an element, and only a sequence with holes runs

@@ -7,11 +7,12 @@
 #   BASE    main's copy of it, untracked at the root (default gluon_heads_main.py)
 #   TESTS   the GPU tests of the gate               (default tests/kernels/test_gluon_heads.py)
 #   CASES   the cases profiled                      (default "6 1 5")
+#   AB_TAG  appended to the logs' names (several A/Bs in one call; default none)
 # Before the call, on the CPU: git show main:$KERNEL > $BASE (it travels with the tree).
 # Session 32: AUTOTUNE_COMMIT=b3de370 bash scripts/h200_s32_ab.sh (the heads attention);
 # then KERNEL=kernels/gluon_rows.py BASE=gluon_rows_main.py TESTS="tests/kernels/
 # test_gluon_rows.py tests/kernels/test_gluon_heads.py" (the post rows).
-# Returned: s32_ab.log, s32_tests.log.
+# Returned: s32_ab$AB_TAG.log, s32_tests$AB_TAG.log.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
@@ -19,15 +20,16 @@ KERNEL=${KERNEL:-kernels/gluon_heads.py}
 BASE=${BASE:-gluon_heads_main.py}
 TESTS=${TESTS:-tests/kernels/test_gluon_heads.py}
 CASES=${CASES:-6 1 5}
-LOG="$OUT/s32_ab.log"
+LOG="$OUT/s32_ab${AB_TAG:-}.log"
+TESTS_LOG="$OUT/s32_tests${AB_TAG:-}.log"
 [ -f "$BASE" ] || { echo "$BASE missing (git show main:$KERNEL > $BASE)" | tee -a "$LOG"; exit 2; }
 quiet() { grep -v -i warn | grep -v "retry =" | grep -v "leaked"; }
 step "GPU tests of the branch's $KERNEL: $TESTS"
 # shellcheck disable=SC2086  # TESTS: several paths
 KERNELS_TEST_DEVICE=cuda timeout 300 python3 -m pytest -v -rfE -p no:cacheprovider \
-  $TESTS 2>&1 | quiet > "$OUT/s32_tests.log"
+  $TESTS 2>&1 | quiet > "$TESTS_LOG"
 rc=${PIPESTATUS[0]}
-grep -v " PASSED \| SKIPPED " "$OUT/s32_tests.log" | tail -25 | tee -a "$LOG"
+grep -v " PASSED \| SKIPPED " "$TESTS_LOG" | tail -25 | tee -a "$LOG"
 echo "pytest rc=$rc" | tee -a "$LOG"
 [ "$rc" -eq 0 ] || { step "the tests failed: no A/B"; exit 1; }
 CASES="$CASES" python3 - <<'PY' || exit 1

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Session 34's first call, on an H100 or the H200, on main with two branches' files beside
+# it, untracked at the root:
+#   git show s33-heads-ones-smem:kernels/gluon_heads.py > gluon_heads_next.py
+#   git show s33-heads-ones-smem:tests/kernels/test_gluon_heads.py > test_gluon_heads_next.py
+#   git show s33-post-rows-rcp:kernels/gluon_rows.py > gluon_rows_next.py
+# 1. the heads attention of branch s33-heads-ones-smem (the biases' A operand in shared
+#    memory, the context divided through a reciprocal a row) against main's, after its GPU
+#    tests (scripts/h200_s32_ab.sh, cases 6, 1, 5, 11);
+# 2. the post rows of branch s33-post-rows-rcp (the GELU's division as the hardware
+#    reciprocal, LayerNorm's rsqrt) against main's, after the Gluon rows' GPU tests (cases
+#    6, 5, 1).
+# Each A/B restores main's files after it. Merge a branch where its tests passed and it was
+# faster (docs/kernels_h200.md, "Session 33", says what each predicts).
+# Returned: s34.log, s32_ab_heads.log, s32_tests_heads.log, s32_ab_rows.log,
+# s32_tests_rows.log.
+set -o pipefail
+source scripts/device_prelude.sh
+export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
+LOG="$OUT/s34.log"
+TOTAL=${TOTAL:-570}  # fits (device_prelude.sh) counts against it
+for f in gluon_heads_next.py test_gluon_heads_next.py gluon_rows_next.py; do
+  [ -f "$f" ] || { echo "$f missing (see the header of $0)" | tee -a "$LOG"; exit 2; }
+done
+cp kernels/gluon_heads.py /tmp/gluon_heads_main.py
+cp kernels/gluon_rows.py /tmp/gluon_rows_main.py
+cp tests/kernels/test_gluon_heads.py /tmp/test_gluon_heads_main.py
+restore() {
+  cp /tmp/gluon_heads_main.py kernels/gluon_heads.py
+  cp /tmp/gluon_rows_main.py kernels/gluon_rows.py
+  cp /tmp/test_gluon_heads_main.py tests/kernels/test_gluon_heads.py
+}
+trap restore EXIT
+
+step "A/B: branch s33-heads-ones-smem's heads attention against main's"
+cp gluon_heads_next.py kernels/gluon_heads.py  # and its tests (its shared-bytes formula)
+cp test_gluon_heads_next.py tests/kernels/test_gluon_heads.py
+AB_TAG=_heads KERNEL=kernels/gluon_heads.py BASE=/tmp/gluon_heads_main.py CASES="6 1 5 11" \
+  TESTS=tests/kernels/test_gluon_heads.py bash scripts/h200_s32_ab.sh 2>&1 | tail -30 \
+  | tee -a "$LOG"
+restore
+
+if fits 150 "the post rows' A/B"; then
+  step "A/B: branch s33-post-rows-rcp's post rows against main's"
+  cp gluon_rows_next.py kernels/gluon_rows.py
+  AB_TAG=_rows KERNEL=kernels/gluon_rows.py BASE=/tmp/gluon_rows_main.py CASES="6 5 1" \
+    TESTS=tests/kernels/test_gluon_rows.py bash scripts/h200_s32_ab.sh 2>&1 | tail -30 \
+    | tee -a "$LOG"
+  restore
+fi
+step "done"
