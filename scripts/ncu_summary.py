@@ -5,7 +5,16 @@ kernel's page beside it, reason by reason and opcode by opcode (the samples of t
 taken at one sampling interval count time: the difference says where a slower kernel's
 extra time went).
 
+With ``--producers`` each listed instruction stalled on a scoreboard (long: global or
+local memory; short: shared memory, special functions, shuffles) names what it waits for,
+read from the SASS text: the nearest earlier variable-latency instruction that writes one
+of its source registers, or the nearest earlier memory instruction that still reads a
+register it overwrites (a store's data, an address). Session 33 found two such waits by
+hand: descriptors reloaded from local memory (``LDL``) before each ``R2UR``, and a
+reciprocal waiting for 16 loads to take the address register it reused.
+
     python3 scripts/ncu_summary.py docs/logs/s31/ncu_src_c6_heads.csv [--top 30]
+    python3 scripts/ncu_summary.py ncu_src_c6_post.csv --producers
     python3 scripts/ncu_summary.py ncu_src_c6_heads.csv --against ncu_src_c6_heads_pipeline.csv
 """
 
@@ -13,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from collections import Counter
 
@@ -55,6 +65,83 @@ def tallies(head: list[str], body: list[list[str]]) -> tuple[float, Counter, Cou
     return total, by_reason, ops
 
 
+# SASS without a destination register: stores, copies, barriers, branches, fences
+_NO_DEST = ("ST", "RED", "LDGSTS", "BAR", "BRA", "BSSY", "BSYNC", "WARPGROUP", "FENCE",
+            "MEMBAR", "DEPBAR", "EXIT", "NOP", "CALL", "RET", "ERRBAR", "LDGDEPBAR")  # fmt: skip
+# variable latency: their results are tracked by a scoreboard
+_VARIABLE = ("LD", "MUFU", "SHFL", "S2R", "ATOM", "RED", "HGMMA", "I2F", "F2I", "F2F",
+             "POPC", "FLO", "BREV")  # fmt: skip
+_MEMORY = ("LD", "ST", "ATOM", "RED")
+_REG = re.compile(r"\bR(\d+)(\.64)?\b")
+
+
+def _width(opcode: str) -> int:
+    """Registers an instruction's data operand spans, from its opcode's modifiers."""
+    if opcode.startswith("HGMMA"):
+        shape = re.match(r"HGMMA\.(\d+)x(\d+)x", opcode)
+        return int(shape.group(2)) // 2 if shape else 1
+    if re.search(r"\.M88\.4|\.128", opcode):
+        return 4
+    if re.search(r"\.M88\.2|\.64", opcode):
+        return 2
+    return 1
+
+
+def operands(sass: str) -> tuple[str, set[int], set[int]]:
+    """An instruction's opcode (with modifiers, without its guard), the registers it
+    writes and the registers it reads (``RZ`` neither; a ``.64`` register is a pair; the
+    data operand as wide as the opcode's modifiers say)."""
+    words = sass.replace(";", "").split(None, 1)
+    if words and words[0].startswith("@"):
+        words = words[1].split(None, 1) if len(words) > 1 else []
+    if not words:
+        return "?", set(), set()
+    opcode, rest = words[0], (words[1] if len(words) > 1 else "")
+    parts = [p.strip() for p in rest.split(",")]
+    width = _width(opcode)
+
+    def regs(text: str, data: bool) -> set[int]:
+        out: set[int] = set()
+        for m in _REG.finditer(text):
+            base = int(m.group(1))
+            n = 2 if m.group(2) else (width if data and "[" not in text else 1)
+            out.update(range(base, base + n))
+        return out
+
+    if opcode.startswith(_NO_DEST) or not parts or not _REG.match(parts[0]):
+        return opcode, set(), set().union(*(regs(p, True) for p in parts)) if parts else set()
+    dest = regs(parts[0], True)
+    reads = set().union(*(regs(p, True) for p in parts[1:])) if parts[1:] else set()
+    return opcode, dest, reads
+
+
+def producers(body: list[list[str]], src: int, j: int, window: int = 400) -> list[str]:
+    """What instruction ``j`` waits for, from the SASS before it (straight-line code: a
+    producer later in a loop's body is not followed): for each register it reads, the
+    nearest earlier writer if that is a variable-latency instruction; for each register it
+    writes, the nearest earlier memory instruction that reads it (a store's data or an
+    address, held until the memory pipe takes the instruction)."""
+    _, writes, reads = operands(body[j][src])
+    found: list[str] = []
+    pending_raw, pending_war = set(reads), set(writes)
+    for i in range(j - 1, max(-1, j - 1 - window), -1):
+        opcode, w, r = operands(body[i][src])
+        hit = w & pending_raw
+        if hit:
+            pending_raw -= hit
+            if opcode.startswith(_VARIABLE):
+                regs = ",".join(f"R{x}" for x in sorted(hit))
+                found.append(f"{i}: {body[i][src].strip()[:60]} (writes {regs})")
+        war = r & pending_war
+        if war and opcode.startswith(_MEMORY):
+            regs = ",".join(f"R{x}" for x in sorted(war))
+            found.append(f"{i}: {body[i][src].strip()[:60]} (reads {regs}, overwritten here)")
+        pending_war -= w | war
+        if not pending_raw and not pending_war:
+            break
+    return found[:3]
+
+
 def compare(a: tuple[float, Counter, Counter], b: tuple[float, Counter, Counter]) -> list[str]:
     """Lines of two pages side by side: samples by reason and by opcode in each, and the
     second's minus the first's as a share of the first's total (the reasons and opcodes
@@ -77,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=25, help="instructions to list (default 25)")
     ap.add_argument("--against", metavar="CSV", help="another page: the two side by side")
+    ap.add_argument(
+        "--producers",
+        action="store_true",
+        help="under each listed instruction stalled on a scoreboard, what it waits for",
+    )
     args = ap.parse_args(argv)
     pages = []
     for path in [args.csv] + ([args.against] if args.against else []):
@@ -110,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         reasons = " ".join(f"{h} {v / max(_num(r[n_at]), 1):.0%}" for v, h in why if v)
         n = _num(r[n_at])
         print(f"  {j:5d} {n:7.0f} {n / total:5.1%}  {r[src].strip()[:60]:60s} {reasons}")
+        if args.producers and why and why[0][0] and why[0][1] in ("long_sb", "short_sb"):
+            for line in producers(body, src, j):
+                print(f"          waits on {line}")
     return 0
 
 
