@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# Session 34's first call, on an H100 or the H200, on main with two branches' files beside
-# it, untracked at the root:
-#   git show s33-heads-ones-smem:kernels/gluon_heads.py > gluon_heads_next.py
-#   git show s33-heads-ones-smem:tests/kernels/test_gluon_heads.py > test_gluon_heads_next.py
+# Session 34's first call, on an H100 or the H200, on main with the session 33 branches'
+# files beside it, untracked at the root:
+#   git show s33-heads-kv-fused:kernels/gluon_heads.py > gluon_heads_next.py
+#   git show s33-heads-kv-fused:tests/kernels/test_gluon_heads.py > test_gluon_heads_next.py
+#   git show s33-heads-ones-smem:kernels/gluon_heads.py > gluon_heads_ones.py
 #   git show s33-post-rows-rcp:kernels/gluon_rows.py > gluon_rows_next.py
-# 1. the heads attention of branch s33-heads-ones-smem (the biases' A operand in shared
-#    memory, the context divided through a reciprocal a row) against main's, after its GPU
-#    tests (scripts/h200_s32_ab.sh, cases 6, 1, 5, 11);
-# 2. the post rows of branch s33-post-rows-rcp (the GELU's division as the hardware
+# 1. the heads attention of branch s33-heads-kv-fused (on s33-heads-ones-smem: the biases'
+#    A operand in shared memory, the context divided through a reciprocal a row; then k and
+#    v of a slot in one wgmma) against main's, after its GPU tests (scripts/h200_s32_ab.sh,
+#    cases 6, 1, 5, 11);
+# 2. s33-heads-ones-smem's heads attention alone against main's on case 6 (which part of
+#    the stack gained; the gate there is one quick test: the stack's tests ran in 1);
+# 3. the post rows of branch s33-post-rows-rcp (the GELU's division as the hardware
 #    reciprocal, LayerNorm's rsqrt) against main's, after the Gluon rows' GPU tests (cases
 #    6, 5, 1).
 # Each A/B restores main's files after it. Merge a branch where its tests passed and it was
 # faster (docs/kernels_h200.md, "Session 33", says what each predicts).
-# Returned: s34.log, s32_ab_heads.log, s32_tests_heads.log, s32_ab_rows.log,
-# s32_tests_rows.log.
+# Returned: s34.log, s32_ab_heads.log, s32_tests_heads.log, s32_ab_ones.log,
+# s32_tests_ones.log, s32_ab_rows.log, s32_tests_rows.log.
 set -o pipefail
 source scripts/device_prelude.sh
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 LOG="$OUT/s34.log"
-TOTAL=${TOTAL:-570}  # fits (device_prelude.sh) counts against it
-for f in gluon_heads_next.py test_gluon_heads_next.py gluon_rows_next.py; do
+TOTAL=${TOTAL:-575}  # fits (device_prelude.sh) counts against it
+for f in gluon_heads_next.py test_gluon_heads_next.py gluon_heads_ones.py gluon_rows_next.py; do
   [ -f "$f" ] || { echo "$f missing (see the header of $0)" | tee -a "$LOG"; exit 2; }
 done
 cp kernels/gluon_heads.py /tmp/gluon_heads_main.py
@@ -31,21 +35,24 @@ restore() {
   cp /tmp/test_gluon_heads_main.py tests/kernels/test_gluon_heads.py
 }
 trap restore EXIT
-
-step "A/B: branch s33-heads-ones-smem's heads attention against main's"
-cp gluon_heads_next.py kernels/gluon_heads.py  # and its tests (its shared-bytes formula)
-cp test_gluon_heads_next.py tests/kernels/test_gluon_heads.py
-AB_TAG=_heads KERNEL=kernels/gluon_heads.py BASE=/tmp/gluon_heads_main.py CASES="6 1 5 11" \
-  TESTS=tests/kernels/test_gluon_heads.py bash scripts/h200_s32_ab.sh 2>&1 | tail -30 \
-  | tee -a "$LOG"
-restore
-
-if fits 150 "the post rows' A/B"; then
-  step "A/B: branch s33-post-rows-rcp's post rows against main's"
-  cp gluon_rows_next.py kernels/gluon_rows.py
-  AB_TAG=_rows KERNEL=kernels/gluon_rows.py BASE=/tmp/gluon_rows_main.py CASES="6 5 1" \
-    TESTS=tests/kernels/test_gluon_rows.py bash scripts/h200_s32_ab.sh 2>&1 | tail -30 \
-    | tee -a "$LOG"
+ab() {  # tag, kernel file, branch's copy, cases, tests
+  cp "$3" "$2"
+  AB_TAG="_$1" KERNEL="$2" BASE="/tmp/$(basename "$2" .py)_main.py" CASES="$4" TESTS="$5" \
+    bash scripts/h200_s32_ab.sh 2>&1 | tail -30 | tee -a "$LOG"
   restore
+}
+
+step "A/B: branch s33-heads-kv-fused's heads attention against main's"
+cp test_gluon_heads_next.py tests/kernels/test_gluon_heads.py  # its shared-bytes formula
+ab heads kernels/gluon_heads.py gluon_heads_next.py "6 1 5 11" tests/kernels/test_gluon_heads.py
+if fits 260 "the two A/Bs after the first"; then
+  step "A/B: branch s33-heads-ones-smem's heads attention alone, case 6"
+  cp test_gluon_heads_next.py tests/kernels/test_gluon_heads.py
+  ab ones kernels/gluon_heads.py gluon_heads_ones.py "6" \
+    tests/kernels/test_gluon_heads.py::test_shared_memory_and_the_kv_buffers
+fi
+if fits 170 "the post rows' A/B"; then
+  step "A/B: branch s33-post-rows-rcp's post rows against main's"
+  ab rows kernels/gluon_rows.py gluon_rows_next.py "6 5 1" tests/kernels/test_gluon_rows.py
 fi
 step "done"
