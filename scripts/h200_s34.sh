@@ -10,7 +10,8 @@
 #    v of a slot in one wgmma) against main's, after its GPU tests (scripts/h200_s32_ab.sh,
 #    cases 6, 1, 5, 11);
 # 2. s33-heads-ones-smem's heads attention alone against main's on case 6 (which part of
-#    the stack gained; the gate there is one quick test: the stack's tests ran in 1);
+#    the stack gained; gated by one quick test where the stack's tests passed in 1, by
+#    all of them where they failed);
 # 3. the post rows of branch s33-post-rows-rcp (the GELU's division as the hardware
 #    reciprocal, LayerNorm's rsqrt) against main's, after the Gluon rows' GPU tests (cases
 #    6, 5, 1).
@@ -35,21 +36,26 @@ restore() {
   cp /tmp/test_gluon_heads_main.py tests/kernels/test_gluon_heads.py
 }
 trap restore EXIT
-ab() {  # tag, kernel file, branch's copy, cases, tests
+ab() {  # tag, kernel file, branch's copy, cases, tests; its status: the A/B script's
   cp "$3" "$2"
   AB_TAG="_$1" KERNEL="$2" BASE="/tmp/$(basename "$2" .py)_main.py" CASES="$4" TESTS="$5" \
     bash scripts/h200_s32_ab.sh 2>&1 | tail -30 | tee -a "$LOG"
+  local rc=$?
   restore
+  return "$rc"
 }
 
 step "A/B: branch s33-heads-kv-fused's heads attention against main's"
 cp test_gluon_heads_next.py tests/kernels/test_gluon_heads.py  # its shared-bytes formula
 ab heads kernels/gluon_heads.py gluon_heads_next.py "6 1 5 11" tests/kernels/test_gluon_heads.py
+stack=$?
+# the stack's tests passed: one quick test gates the part; they failed: the part's own tests
+gate=tests/kernels/test_gluon_heads.py
+[ "$stack" -eq 0 ] && gate="$gate::test_shared_memory_and_the_kv_buffers"
 if fits 260 "the two A/Bs after the first"; then
-  step "A/B: branch s33-heads-ones-smem's heads attention alone, case 6"
+  step "A/B: branch s33-heads-ones-smem's heads attention alone (stack rc $stack)"
   cp test_gluon_heads_next.py tests/kernels/test_gluon_heads.py
-  ab ones kernels/gluon_heads.py gluon_heads_ones.py "6" \
-    tests/kernels/test_gluon_heads.py::test_shared_memory_and_the_kv_buffers
+  ab ones kernels/gluon_heads.py gluon_heads_ones.py "6" "$gate"
 fi
 if fits 170 "the post rows' A/B"; then
   step "A/B: branch s33-post-rows-rcp's post rows against main's"
