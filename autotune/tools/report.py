@@ -259,9 +259,7 @@ def bench_history_markdown(
         "how many timed the case), and at the references of the fastest run (the lowest "
         f"geometric mean over the cases every run timed: {fastest}).",
         "",
-        pd.DataFrame(rows).to_markdown(
-            index=False, disable_numparse=True, colalign=["right"] * len(rows[0])
-        ),
+        _text_table(rows),
         "",
         f"Geometric means over {len(now)} cases: {_geomean(now['ref_ms'] / now['table_ms']):.2f}x "
         f"in this run, {_geomean(median / now['table_ms']):.2f}x at each case's median "
@@ -328,9 +326,7 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
             else f"; no floors (no measured ceilings for profile {profile!r})."
         ),
         "",
-        pd.DataFrame(rows).to_markdown(
-            index=False, disable_numparse=True, colalign=["right"] * len(rows[0])
-        ),
+        _text_table(rows),
         "",
     ]
     if target:
@@ -362,6 +358,14 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
             "",
         ]
     return lines
+
+
+def _text_table(rows: list[dict]) -> str:
+    """Rows of already formatted cells as a markdown table, every column right-aligned and
+    no cell re-parsed as a number."""
+    return pd.DataFrame(rows).to_markdown(
+        index=False, disable_numparse=True, colalign=["right"] * len(rows[0])
+    )
 
 
 def _geomean(values: pd.Series) -> float:
@@ -412,9 +416,7 @@ def bench_change_markdown(
         "times (on launch-bound cases the reference follows the host; the table's medians "
         "and the last column do not).",
         "",
-        pd.DataFrame(rows).to_markdown(
-            index=False, disable_numparse=True, colalign=["right"] * len(rows[0])
-        ),
+        _text_table(rows),
         "",
         f"Geometric means over {len(both)} cases: the table's medians x{table_ratio:.3f} of "
         f"the earlier run's, the reference's x{ref_ratio:.3f}; speedup "
