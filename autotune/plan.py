@@ -169,8 +169,9 @@ KNOBS: tuple[Knob, ...] = (
         "attn_maxnreg",
         0,
         "Triton attention (attention=triton, per layer or in fused_layer=rows without "
-        "row_attn_post): the most registers a thread of the flash attention kernel may hold, "
-        "ptxas's maxnreg (0: the compiler's choice); more programs resident an SM, or spills "
+        "row_attn_post): the most registers a thread of the flash attention kernel (Triton's, "
+        "or Gluon's with attn_gluon_flash) may hold, ptxas's maxnreg (0: the compiler's "
+        "choice); more programs resident an SM, or spills "
         "(`autotune kernels inspect` shows both; the same arithmetic)",
         choices=(0, 80, 96, 128),
         needs={
@@ -193,6 +194,19 @@ KNOBS: tuple[Knob, ...] = (
             v: "attention=triton, fused_layer none or rows without row_attn_post, S <= 256"
             for v in (16, 32, 64, 128)
         },
+        group="kernels",
+    ),
+    Knob(
+        "attn_gluon_flash",
+        False,
+        "Triton attention (attention=triton, per layer or in fused_layer=rows without "
+        "row_attn_post): the flash attention in Gluon for Hopper (sm_90), each key block's "
+        "softmax beside the previous block's p @ v (wgmma): 64 query rows a warpgroup of "
+        "attn_warps (attn_block_m does not apply), attn_block_n 64 or 128 keys a step, "
+        "attn_stages 3 or 4 key and value buffers (fp16 q, k, v and context, head dims "
+        "16-128; the same arithmetic as the Triton kernel's fp16 form)",
+        choices=(False, True),
+        needs={True: "attention=triton, fused_layer none or rows without row_attn_post"},
         group="kernels",
     ),
     Knob(
@@ -519,6 +533,7 @@ class Plan:
     attn_stages: int = 2
     attn_maxnreg: int = 0
     attn_head_chunk: int = 0
+    attn_gluon_flash: bool = False
     layernorm: str = "torch"
     ffn_act: str = "torch"
     poly_chunk: int = 256

@@ -20,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels import _triton, gluon_flash
 from kernels._common import (
     MIN_BLOCK,
     check_int32_offsets,
@@ -797,6 +798,22 @@ def _key_mask_bytes(key_mask: torch.Tensor, batch: int, seq_len: int) -> torch.T
     return key_mask.view(torch.uint8)
 
 
+def gluon_reasons(
+    *, head_dim: int, block_n: int, num_warps: int, num_stages: int, precision: str,
+    maxnreg: int = 0, head_chunk: int = 0, key_lengths: bool = False,
+) -> list[str]:  # fmt: skip
+    """Why ``attention(..., gluon=True)`` cannot take this configuration (empty: it can).
+    The query tile is 64 rows a warpgroup (``block_m`` unused); ``maxnreg`` caps its
+    registers as the Triton kernel's."""
+    reasons = gluon_flash.gluon_flash_problems(
+        head_dim=head_dim, block_n=block_n, stages=num_stages, num_warps=num_warps,
+        precision=precision, key_lengths=key_lengths,
+    )  # fmt: skip
+    if head_chunk:
+        reasons.append(f"head_chunk={head_chunk} picks the Triton one-tile form; leave it 0")
+    return reasons
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -817,6 +834,7 @@ def attention(
     pdl_trigger: str = "start",
     maxnreg: int = 0,
     head_chunk: int = 0,
+    gluon: bool = False,
 ) -> torch.Tensor:
     """Fused attention forward; returns ``out`` (or a new contiguous ``[B, S, H, hd]``
     float32). ``out`` may be float16: computed in fp32, rounded once on the store.
@@ -838,6 +856,10 @@ def attention(
     ``head_chunk`` > 0: every key in one tile and the head dim in chunks of that width
     (``_attention_keys_kernel``; sequences up to ``MAX_ONE_TILE_KEYS``; ``block_n`` unused):
     an exact softmax instead of the online one, for short sequences at large head dims.
+    ``gluon``: the Gluon flash attention (``kernels.gluon_flash``: each key block's softmax
+    beside the previous block's ``p @ v``; Hopper, fp16 q, k, v and ``out``; ``block_n``
+    64 or 128, ``num_stages`` 3 or 4 key and value buffers; ``head_chunk`` unset); the
+    same arithmetic as ``precision="fp16"``.
     """
     check_precision(precision)
     use_gdc = gdc_mode(pdl, pdl_trigger)
@@ -853,6 +875,12 @@ def attention(
     )
     errors += maxnreg_errors("maxnreg", maxnreg)
     errors += one_tile_reasons(head_chunk, seq_len)
+    if gluon:
+        errors = gluon_reasons(
+            head_dim=head_dim, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+            precision=precision, maxnreg=maxnreg, head_chunk=head_chunk,
+            key_lengths=key_lengths is not None,
+        )  # fmt: skip
     if errors:
         raise ValueError("; ".join(errors))
     if out is None:
@@ -877,6 +905,28 @@ def attention(
     if not math.isfinite(scale):
         raise ValueError(f"scale={scale} must be finite")
     if q.numel() == 0:
+        return out
+    if gluon:
+        offline = _triton.OFFLINE_ARCH
+        if is_interpreted(_attention_fwd_kernel) or (q.device.type != "cuda" and not offline):
+            where = "the interpreter" if is_interpreted(_attention_fwd_kernel) else str(q.device)
+            raise ValueError(
+                "gluon=True (the Gluon flash attention) runs compiled on a CUDA GPU of compute "
+                f"capability 9.x; got {where}: pass gluon=False"
+            )
+        major = offline // 10 if offline else torch.cuda.get_device_capability(q.device)[0]
+        if major != 9:
+            raise ValueError(f"gluon=True is built for Hopper (sm_90: wgmma); this is sm_{major}x")
+        if out.dtype != torch.float16 or q.dtype != torch.float16:
+            raise ValueError(
+                f"gluon=True takes fp16 q, k, v and out (got {q.dtype}, {out.dtype}): pass "
+                "fp16 tensors or gluon=False"
+            )
+        gluon_flash.launch_flash_gluon(
+            q, k, v, out, causal=causal, mask_bytes=mask_bytes, key_bounds=key_bounds,
+            scale=scale, block_n=block_n, stages=num_stages, num_warps=num_warps,
+            maxnreg=maxnreg, use_gdc=use_gdc,
+        )  # fmt: skip
         return out
     block_d = padded_head_dim(head_dim)
     grid = (batch * num_heads * triton.cdiv(seq_len, block_m),)

@@ -273,6 +273,13 @@ class Tiling:
     # number a program); block_m, block_n and num_stages unused. CUDA sm_90 only (no
     # interpreter).
     gluon_heads: int = 0
+    # rows (without attn_post): the flash attention in Gluon for Hopper
+    # (``kernels.gluon_flash``): each key block's softmax beside the previous block's
+    # ``p @ v`` wgmma; 64 query rows a warpgroup of ``num_warps`` (block_m unused),
+    # ``block_n`` 64 or 128 keys a step, ``num_stages`` 3 or 4 key and value buffers. fp16
+    # attention precision, head dims 16-128; the same arithmetic as the Triton kernel's
+    # fp16 form. CUDA sm_90 only (no interpreter).
+    gluon_flash: bool = False
     # With pdl: where each kernel lets the next one launch, "start" (right after its own
     # wait: the next kernel's programs become resident and wait) or "end" (after its last
     # store: the next launch's latency overlaps this kernel's tail, nothing more).
@@ -1189,6 +1196,21 @@ def _config_errors(
         )
     elif tiling.attn_head_chunk:
         reasons += flash.one_tile_reasons(tiling.attn_head_chunk, seq_len)
+    if tiling.gluon_flash and (variant != "rows" or tiling.attn_post):
+        reasons.append(
+            "gluon_flash replaces the flash attention kernel of variant 'rows' without "
+            f"attn_post; got variant={variant!r}, attn_post={tiling.attn_post}"
+        )
+    elif tiling.gluon_flash:
+        head_dim = d_model // num_heads if num_heads and d_model % num_heads == 0 else 0
+        why = flash.gluon_reasons(
+            head_dim=head_dim, block_n=tiling.block_n, num_warps=tiling.num_warps,
+            num_stages=tiling.num_stages, precision=attn_precision,
+            maxnreg=tiling.attn_maxnreg, head_chunk=tiling.attn_head_chunk,
+        )  # fmt: skip
+        if gemm_precision != "fp16":
+            why.append(f"the context is fp16 here: set gemm_precision=fp16 (got {gemm_precision})")
+        reasons += [f"gluon_flash: {r}" for r in why]
     if tiling.next_norm and variant != "heads":
         reasons.append(
             "next_norm applies to variant='heads': its post-rows kernel writes the next "
@@ -1260,9 +1282,16 @@ def _gluon_heads_errors(
     return [f"gluon_heads: {why}" for why in problems]
 
 
-def uses_gluon(tiling: Tiling) -> bool:
-    """Whether a Gluon kernel (Hopper only, no interpreter) runs in this configuration."""
-    return tiling.gluon_post or bool(tiling.gluon_heads)
+def gluon_knob(tiling: Tiling) -> tuple[str, str] | None:
+    """The first Gluon knob set and the kernel it picks (None: no Gluon kernel)."""
+    for name, what in (
+        ("gluon_post", "the Gluon post-rows kernel"),
+        ("gluon_heads", "the Gluon heads attention"),
+        ("gluon_flash", "the Gluon flash attention"),
+    ):
+        if getattr(tiling, name):
+            return name, what
+    return None
 
 
 def not_supported_reasons(
@@ -1312,6 +1341,8 @@ def not_supported_reasons(
         # seq and the one-tile attention hold every key in one tile: no key blocks; the
         # Gluon heads attention uses neither tile
         kept = 0 if tiling.gluon_heads else 1 if variant == "seq" or tiling.attn_head_chunk else 2
+        if tiling.gluon_flash:  # 64 query rows a warpgroup: only the key block is a tile
+            tiles, kept = tiles[1:], 1
         for name, value in tiles[:kept]:
             if value > padded_s:
                 reasons.append(f"{name}={value} > padded seq len {padded_s}; use a smaller {name}")
@@ -1348,8 +1379,8 @@ def not_supported_reasons(
     )
     if device_type == "cuda" and not reasons:
         reasons.extend(precision_reasons(attn_precision, capability))
-    if uses_gluon(tiling):  # whatever else is wrong: the device check names the knob
-        name = "gluon_post" if tiling.gluon_post else "gluon_heads"
+    if knob := gluon_knob(tiling):  # whatever else is wrong: the device check names the knob
+        name = knob[0]
         if device_type != "cuda":  # (under the interpreter the launcher refuses it)
             reasons.append(
                 f"{name} runs on a CUDA device of compute capability 9.x (Gluon has no "
@@ -1566,6 +1597,7 @@ def _launch_layer(
             pdl_trigger=tiling.pdl_trigger,
             maxnreg=tiling.attn_maxnreg,
             head_chunk=tiling.attn_head_chunk,
+            gluon=tiling.gluon_flash,
         )
     if tiling.gluon_post:
         chained = next_w is not None and chain_qkv
@@ -1760,9 +1792,8 @@ def layer_stack(
         )
     if tiling.pdl and (why := pdl_reasons("cuda", _triton.launch_capability(x.device))):
         raise ValueError("; ".join(why))
-    if uses_gluon(tiling):
-        name = "gluon_post" if tiling.gluon_post else "gluon_heads"
-        what = "the Gluon post-rows kernel" if tiling.gluon_post else "the Gluon heads attention"
+    if knob := gluon_knob(tiling):
+        name, what = knob
         if (x.device.type != "cuda" and not offline) or is_interpreted(_post_rows_kernel):
             where = "the interpreter" if is_interpreted(_post_rows_kernel) else str(x.device)
             raise ValueError(

@@ -99,6 +99,9 @@ class AttentionCase:
     bounds: bool = False
     # > 0: the one-tile form (every key in one tile, the head dim in chunks of this width)
     head_chunk: int = 0
+    # the Gluon flash attention (kernels.gluon_flash: compiled on sm_90 only, fp16 q, k, v
+    # and context, 64 query rows a warpgroup, 3 key and value buffers; block_m unused)
+    gluon: bool = False
 
     @property
     def name(self) -> str:
@@ -108,6 +111,7 @@ class AttentionCase:
         tiles = f"bm{self.block_m}-" + (
             f"onetile-hc{self.head_chunk}" if self.head_chunk else f"bn{self.block_n}"
         )
+        tiles = f"gluon-bn{self.block_n}" if self.gluon else tiles
         return (
             f"attention/{mask}{pad}/B{self.batch}-S{self.seq_len}-H{self.num_heads}-"
             f"hd{self.head_dim}/{tiles}/{self.precision}"
@@ -121,6 +125,8 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
     gen = _generator()
     # q, k, v are strided views into one packed [B, S, 3D] projection output.
     qkv = torch.randn(b, s, 3 * h * hd, generator=gen)
+    if case.gluon:  # it takes fp16 q, k, v: the reference gets the same values
+        qkv = qkv.half().float()
     key_lengths = None
     if case.padded:
         key_lengths = torch.randint(1, s + 1, (b,), generator=gen, dtype=torch.int32)
@@ -138,8 +144,9 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
         q, k, v, causal=case.causal, key_lengths=key_lengths, key_mask=key_mask
     )
 
-    q_dev, k_dev, v_dev = qkv.to(device).view(b, s, 3, h, hd).unbind(2)
-    out = torch.full((b, s, h * hd), float("nan"), device=device)
+    dtype = torch.float16 if case.gluon else torch.float32
+    q_dev, k_dev, v_dev = qkv.to(device, dtype).view(b, s, 3, h, hd).unbind(2)
+    out = torch.full((b, s, h * hd), float("nan"), device=device, dtype=dtype)
     mask_dev = None if key_mask is None else key_mask.to(device)
     bounds = None
     if case.bounds:
@@ -164,8 +171,9 @@ def _run_attention(case: AttentionCase, device: str) -> CheckResult:
         block_n=case.block_n,
         precision=case.precision,
         head_chunk=case.head_chunk,
+        **({"gluon": True, "num_stages": 3} if case.gluon else {}),
     )
-    return _result(out.view(b, s, h, hd), reference, case.precision)
+    return _result(out.view(b, s, h, hd).float(), reference, case.precision)
 
 
 ATTENTION_CASES = (
@@ -190,6 +198,39 @@ ATTENTION_CASES = (
         3, 45, 2, 32, causal=True, precision="fp16", key_mask=True, bounds=True, head_chunk=16
     ),
     AttentionCase(2, 37, 1, 24, causal=False, precision="bf16", padded=True, head_chunk=16),
+)
+# The Gluon flash attention (session 34), checked where it compiles (sm_90): several key
+# blocks, ragged tails, fewer blocks than buffers, head dims 16-128, every mask form.
+GLUON_ATTENTION_CASES = (
+    AttentionCase(
+        3,
+        300,
+        2,
+        32,
+        causal=True,
+        precision="fp16",
+        key_mask=True,
+        bounds=True,
+        block_m=64,
+        block_n=64,
+        gluon=True,
+    ),
+    AttentionCase(
+        2,
+        200,
+        2,
+        64,
+        causal=False,
+        precision="fp16",
+        key_mask=True,
+        block_m=64,
+        block_n=128,
+        gluon=True,
+    ),
+    AttentionCase(1, 77, 2, 16, causal=True, precision="fp16", block_m=64, block_n=64, gluon=True),
+    AttentionCase(
+        2, 130, 1, 128, causal=True, precision="fp16", block_m=64, block_n=64, gluon=True
+    ),
 )
 
 
@@ -617,7 +658,8 @@ def _compiled_on_hopper() -> bool:
 def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelCheck]:
     """Every kernel check, cheapest first within each family. The fused block is checked
     against ``reference`` (the project's model), and only when it is given."""
-    for case in ATTENTION_CASES:
+    hopper = _compiled_on_hopper() and torch.cuda.get_device_capability()[0] == 9
+    for case in ATTENTION_CASES + (GLUON_ATTENTION_CASES if hopper else ()):
         yield KernelCheck(
             case.name,
             "fused attention vs fp32 reference",

@@ -53,6 +53,11 @@ class FusedBlock(BlockBackend):
                 f"attn_maxnreg={plan.attn_maxnreg} caps the flash attention kernel; "
                 "fused_block runs the attention inside its own kernel"
             )
+        if plan.attn_gluon_flash:
+            reasons.append(
+                "attn_gluon_flash=True replaces the per-layer flash attention kernel; "
+                "fused_block runs the attention inside its own kernel"
+            )
         return reasons + fused.not_supported_reasons(
             seq_len=config.seq_len,
             d_model=config.d_model,

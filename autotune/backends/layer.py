@@ -67,6 +67,11 @@ class NoFusedLayer(FusedLayerFamily):
                 f"attn_head_chunk={plan.attn_head_chunk} picks the one-tile form of the "
                 f"project's Triton attention (attention=triton); got attention={plan.attention}"
             )
+        if plan.attn_gluon_flash and plan.attention != "triton":
+            reasons.append(
+                "attn_gluon_flash=True replaces the project's Triton flash attention "
+                f"(attention=triton); got attention={plan.attention}"
+            )
         if plan.row_ffn_block:
             reasons.append(
                 f"row_ffn_block={plan.row_ffn_block} applies to the fused layers "
@@ -139,6 +144,7 @@ def tiling(plan: Any) -> Any:
         qkv_stages=plan.row_qkv_stages,
         attn_maxnreg=plan.attn_maxnreg,
         attn_head_chunk=plan.attn_head_chunk,
+        gluon_flash=plan.attn_gluon_flash,
         attn_post=plan.row_attn_post,
         next_qkv=plan.row_next_qkv,
         next_norm=plan.row_next_norm,
@@ -231,6 +237,13 @@ class _FusedLayer(FusedLayerFamily):
                 "attention kernel, per layer or of fused_layer=rows without row_attn_post "
                 "(heads and seq fuse the attention into their own kernels); got "
                 f"fused_layer={self.value}, row_attn_post={plan.row_attn_post}"
+            )
+        if plan.attn_gluon_flash and (self.value != "rows" or plan.row_attn_post):
+            reasons.append(
+                "attn_gluon_flash=True replaces the flash attention kernel, per layer or of "
+                "fused_layer=rows without row_attn_post (heads and seq fuse the attention into "
+                f"their own kernels); got fused_layer={self.value}, "
+                f"row_attn_post={plan.row_attn_post}"
             )
         if plan.row_qkv_stages and self.value != "rows":
             reasons.append(

@@ -27,6 +27,8 @@ def attention_kernel_reasons(
 ) -> list[str]:
     from kernels import attention as tri_attn
 
+    if plan.attn_gluon_flash:
+        return gluon_flash_reasons(plan, config, device)
     return tri_attn.not_supported_reasons(
         head_dim=config.head_dim,
         seq_len=config.seq_len,
@@ -39,6 +41,38 @@ def attention_kernel_reasons(
         head_chunk=plan.attn_head_chunk,
         half_inputs=half_qkv(plan),
     )
+
+
+def gluon_flash_reasons(plan: Any, config: TransformerConfig, device: DeviceInfo) -> list[str]:
+    """Why ``attn_gluon_flash`` cannot run this plan here (``kernels.gluon_flash``: Hopper
+    only, fp16 operands and context; its own tiles)."""
+    from kernels import attention as tri_attn
+
+    reasons = [
+        f"attn_gluon_flash: {why}"
+        for why in tri_attn.gluon_reasons(
+            head_dim=config.head_dim,
+            block_n=plan.attn_block_n,
+            num_warps=plan.attn_warps,
+            num_stages=plan.attn_stages,
+            precision=triton_precision(plan.attn_precision),
+            maxnreg=plan.attn_maxnreg,
+            head_chunk=plan.attn_head_chunk,
+        )
+    ]
+    if context_dtype(plan) != torch.float16:
+        reasons.append(
+            "attn_gluon_flash writes an fp16 context: set gemm_precision=fp16 (got "
+            f"{plan.gemm_precision})"
+        )
+    if device.type != "cuda":
+        reasons.append(
+            "attn_gluon_flash runs on a CUDA device of compute capability 9.x (Gluon has no "
+            "interpreter); leave it False here"
+        )
+    elif device.capability is not None and device.capability[0] != 9:
+        reasons.append(f"attn_gluon_flash is built for Hopper (sm_90: wgmma); this is {device.sm}")
+    return reasons
 
 
 @register
@@ -85,5 +119,6 @@ class TritonAttention(AttentionBackend):
             precision=triton_precision(call.plan.attn_precision),
             maxnreg=call.plan.attn_maxnreg,
             head_chunk=call.plan.attn_head_chunk,
+            gluon=call.plan.attn_gluon_flash,
         )
         return out

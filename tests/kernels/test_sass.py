@@ -524,6 +524,40 @@ def test_inspect_compiles_the_gluon_heads_attention_for_sm_90(
         assert k["sass"]["mma"] == 2 * (3 * 9 + 2 + 8)
 
 
+@pytest.mark.parametrize(
+    ("plan_file", "block_n", "registers_max"),
+    [("c13_gluon_flash.json", 64, 168), ("c13_gluon_flash_bn128.json", 128, 255)],
+)
+def test_inspect_compiles_the_gluon_flash_attention_for_sm_90(
+    plan_file: str, block_n: int, registers_max: int, tmp_path: Path
+) -> None:
+    """Session 34's Gluon flash attention (kernels.gluon_flash) compiled offline on case
+    13's rows plan: it replaces the Triton flash attention in every layer, one program a
+    (query block of 64, head, sequence), its shared memory as kernels.gluon_flash counts it
+    (the query tile, 3 key and value buffers, the pinning row), no spills; the wgmma: the
+    first block's scores, each loop's scores and p @ v (two loops: the blocks seen in full,
+    then the masked ones), the last block's p @ v, each 64 rows by K 16."""
+    _needs_compiler()
+    from kernels.gluon_flash import gluon_flash_shared_bytes
+
+    plan = json.loads((ROOT / "docs/plans/s34" / plan_file).read_text())
+    # uncapped: the entry's cap of 128 registers compiles without spills under the device's
+    # Triton 3.6 (128 registers, 4 programs an SM) and spills 32 B under Triton 3.9
+    plan["attn_maxnreg"] = 0
+    out = tmp_path / "flash.json"
+    done = _inspect("--cases", "13", "--plan", json.dumps(plan), "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = json.loads(out.read_text())
+    names = {k["name"] for k in record["kernels"]}
+    assert "_attention_fwd_kernel" not in names
+    (flash,) = [k for k in record["kernels"] if k["name"] == "_flash_gluon_kernel"]
+    assert flash["launches"] == 4 and flash["programs"] == 64 * 4 * (1024 // 64)
+    assert flash["shared"] == gluon_flash_shared_bytes(32, block_n, 3, 4)
+    assert flash["stack"] == 0 and flash["registers"] <= registers_max, flash
+    scores, context = 32 // 16, block_n // 16
+    assert flash["sass"]["mma"] == 3 * scores + 3 * context
+
+
 # Compiles the three Gluon kernels offline with programmatic dependent launch and prints,
 # per kernel, the order of its copies, loads, stores and grid dependency instructions (PTX).
 _GDC_ORDER = r"""
