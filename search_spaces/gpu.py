@@ -148,6 +148,20 @@ SPACE = {
         },
         {"name": "attn_warps", "values": [4, 8], "when": {"attention": ["triton"]}},
         {"name": "attn_stages", "values": [1, 2, 3], "when": {"attention": ["triton"]}},
+        # The flash attention in Gluon (session 34, kernels/gluon_flash.py): each key block's
+        # softmax beside the previous block's p @ v. Built without a device; offline (Triton
+        # 3.6, case 13's shape, 4 warps, 3 stages): 127 registers at 64 keys a step, 224 at
+        # 128, no spills.
+        {
+            "name": "attn_gluon_flash",
+            "values": [False, True],
+            "when": {
+                "attention": ["triton"],
+                "fused_block": [False],
+                "fused_layer": ["none", "rows"],
+                "attn_head_chunk": [0],
+            },
+        },
         {"name": "row_block", "values": [16, 32, 64, 128], "when": {"fused_layer": _LAYERS}},
         {"name": "row_warps", "values": [2, 4, 8], "when": {"fused_layer": _LAYERS}},
         # Post rows keeps x + attention in its output rows during the FFN instead of in
@@ -176,7 +190,7 @@ SPACE = {
         # s22_probe.log: capped at 80 its time on case 6 -4.3%, at 96 on case 13 -3.7%).
         {
             "name": "attn_maxnreg",
-            "values": [0, 80, 96],
+            "values": [0, 80, 96, 128],
             "when": {
                 "attention": ["triton"],
                 "fused_block": [False],
@@ -279,6 +293,14 @@ SPACE = {
         {"forbid": {"attn_gluon": [1, 2, 4], "attn_block_n": [32, 128]}},
         {"forbid": {"attn_gluon": [1, 2, 4], "attn_stages": [1, 3]}},
         {"forbid": {"attn_maxnreg": [80, 96], "row_attn_post": [True]}},
+        # The Gluon flash attention's query tile is 64 rows a warpgroup (one attn_block_m
+        # stands for all), its key blocks 64 or 128 through 3 buffers; capped at 128
+        # registers (4 programs an SM at 4 warps; 80 and 96 would spill), or not.
+        {"forbid": {"attn_gluon_flash": [True], "attn_block_m": [16, 32, 128]}},
+        {"forbid": {"attn_gluon_flash": [True], "attn_block_n": [32]}},
+        {"forbid": {"attn_gluon_flash": [True], "attn_stages": [1, 2]}},
+        {"forbid": {"attn_gluon_flash": [True], "attn_maxnreg": [80, 96]}},
+        {"forbid": {"attn_gluon_flash": [True], "row_attn_post": [True]}},
         {"forbid": {"attn_head_chunk": [16, 32, 64, 128], "row_attn_post": [True]}},
     ],
     "enqueue": [
@@ -309,6 +331,17 @@ SPACE = {
         # ffn_gelu=poly, 2.7-4.2% faster on cases 6, 13, 1, 11 and 5, within the rule.
         dict(_ROWS_STAGED, cuda_graph=False, ffn_gelu="poly"),
         dict(_ROWS_BOUNDED, row_next_qkv=True, pdl=True, ffn_gelu="poly"),
+        # Session 34 (no device yet): case 13's entry (v54) with the Gluon flash attention,
+        # 64 keys a step, capped at 128 registers (4 programs an SM offline, as the Triton
+        # kernel's; 131 uncapped: 3).
+        dict(
+            _ROWS_BOUNDED,
+            row_next_qkv=True,
+            pdl=True,
+            ffn_gelu="poly",
+            attn_gluon_flash=True,
+            attn_maxnreg=128,
+        ),
         dict(_ROWS_BOUNDED, row_next_qkv=True, ffn_gelu="poly"),
         # Session 22 (docs/logs/s22/s22_probe.log): case 6's plan without the CUDA graph,
         # 10.04 ms against 10.33 with it (its 655 MB output is over the graph's ring, so a
