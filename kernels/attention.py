@@ -876,7 +876,7 @@ def attention(
     errors += maxnreg_errors("maxnreg", maxnreg)
     errors += one_tile_reasons(head_chunk, seq_len)
     if gluon:
-        errors = gluon_reasons(
+        errors = maxnreg_errors("maxnreg", maxnreg) + gluon_reasons(
             head_dim=head_dim, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
             precision=precision, maxnreg=maxnreg, head_chunk=head_chunk,
             key_lengths=key_lengths is not None,
@@ -917,6 +917,8 @@ def attention(
         major = offline // 10 if offline else torch.cuda.get_device_capability(q.device)[0]
         if major != 9:
             raise ValueError(f"gluon=True is built for Hopper (sm_90: wgmma); this is sm_{major}x")
+        if scale <= 0:  # it masks before it scales: a positive scale keeps -inf masked
+            raise ValueError(f"gluon=True takes a positive scale (got {scale}): pass gluon=False")
         if out.dtype != torch.float16 or q.dtype != torch.float16:
             raise ValueError(
                 f"gluon=True takes fp16 q, k, v and out (got {q.dtype}, {out.dtype}): pass "

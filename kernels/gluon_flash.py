@@ -255,6 +255,10 @@ if not GLUON_ERROR:
                 HAS_KEY_MASK, ACC_S, ACC_O, P_OP, LOAD,
             )  # fmt: skip
 
+        # The last value block (commit group n_blocks; STAGES - 2 newer ones may still be in
+        # flight), visible to every warp's wgmma.
+        async_copy.wait_group(STAGES - 2)
+        _copies_visible()
         last = (n_blocks - 1) % STAGES
         acc = warpgroup_mma(p16, v_s.index(last), acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
@@ -340,7 +344,7 @@ def gluon_flash_problems(
     if stages not in STAGES:
         out.append(
             f"attn_stages {stages} is not one of {STAGES} (key and value buffers: the copies "
-            "run stages - 2 blocks ahead)"
+            "issued stages - 1 steps ahead)"
         )
     if num_warps not in (4, 8):
         out.append(f"{num_warps} attention warps: wgmma takes 4 (one warpgroup) or 8")

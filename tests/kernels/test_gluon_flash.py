@@ -61,6 +61,9 @@ def test_shared_memory_is_the_query_tile_the_buffers_and_a_row() -> None:
 
 def test_refused_off_hopper_with_the_way_out() -> None:
     q = torch.zeros(1, 64, 2, 32, dtype=torch.float16)
+    with pytest.raises(ValueError, match="maxnreg"):
+        attention(q, q, q, causal=True, out=torch.empty_like(q), precision="fp16", gluon=True,
+                  num_stages=3, maxnreg=7)  # fmt: skip
     with pytest.raises(ValueError, match=r"gluon=True .* runs compiled on a CUDA GPU"):
         attention(q, q, q, causal=True, out=torch.empty_like(q), precision="fp16", gluon=True,
                   num_stages=3)  # fmt: skip
@@ -110,16 +113,19 @@ def _hopper(device: str) -> None:
 
 
 def _mask(kind: str, batch: int, seq_len: int) -> torch.Tensor | None:
-    """None, right padding (lengths from full down to a third), or holes (every third key
-    of the odd sequences masked, and the last sequence with no valid key at all)."""
+    """None, right padding (lengths from full down to a third, and with 3 sequences or more
+    the last one empty: its key bounds end at 0), or holes (every third key of the even
+    sequences masked, and the last sequence with no valid key at all)."""
     if kind == "none":
         return None
     pos = torch.arange(seq_len)
     if kind == "padded":
         lengths = torch.linspace(seq_len, seq_len // 3, batch).long()
+        if batch >= 3:
+            lengths[-1] = 0
         return pos[None, :] < lengths[:, None]
     mask = torch.ones(batch, seq_len, dtype=torch.bool)
-    mask[1::2, ::3] = False
+    mask[0::2, ::3] = False
     mask[-1] = False
     return mask
 
@@ -130,7 +136,7 @@ SHAPES = [
     ((3, 1024, 4, 32), "padded", True, 128, 3, 4),
     ((2, 1024, 4, 32), "holes", True, 64, 4, 8),
     ((2, 300, 2, 64), "holes", False, 128, 4, 8),
-    ((3, 77, 2, 16), "none", False, 64, 3, 4),  # one partial block: fewer than the stages
+    ((3, 77, 2, 16), "none", False, 64, 3, 4),  # two key blocks, the second ragged
     ((2, 513, 1, 128), "padded", True, 64, 3, 4),
     ((2, 200, 4, 32), "none", True, 128, 4, 4),
 ]
@@ -164,8 +170,8 @@ def test_matches_the_reference_and_the_triton_kernel(
     report = compare(out.float().cpu(), reference, PROJECT_RULE)
     assert report.passed, report
     torch.testing.assert_close(out, triton_out, rtol=5e-3, atol=5e-3)
-    if mask_kind == "holes":
-        assert torch.count_nonzero(out[-1]) == 0
+    if mask_kind == "holes" or (mask_kind == "padded" and batch >= 3):
+        assert torch.count_nonzero(out[-1]) == 0  # no valid key: 0
 
 
 def test_keys_past_the_bounds_are_never_read(device) -> None:
