@@ -5,9 +5,9 @@
 #    and the Triton kernel, keys past the bounds never read, pdl bit for bit, the rows
 #    stack within the rule) and its compiled kernel checks (autotune kernels check
 #    --match gluon-bn);
-# 2. case 13's kernel profile, five plans in one process (5 forwards each): the table's
-#    entry, with the Gluon flash attention at 64 and 128 keys a step, with the Gluon post
-#    rows (chained, 8 warps; never measured on case 13), and with both;
+# 2. case 13's kernel profile, six plans in one process (5 forwards each): the table's
+#    entry, with the Gluon post rows (chained, 8 warps; never measured on case 13), with
+#    the Gluon flash attention (64 keys a step at 4 and 8 warps, 128 at 4), and with both;
 # 3. where time is left, case 14's exact route on 4 sequences: the cuDNN plan (3.079 s a
 #    forward in session 32) against the Gluon flash attention at head dim 64, 4 and 8 warps.
 # The profiles run whatever the tests say (a failed test is named in the log; only plans
@@ -41,10 +41,11 @@ json.dump(plan, open("/tmp/s35_c13.json", "w"))
 PY
 if fits 170 "case 13's profiles"; then
   # the plans without the new kernel first: a device fault ends the process
-  step "case 13: the entry, + Gluon post rows, + Gluon flash (64, 128 keys), + both"
+  step "case 13: the entry, + Gluon post rows, + Gluon flash (64 keys x 4, 8 warps; 128), + both"
   timeout 160 python3 scripts/kernel_profile.py --case 13 --forwards 5 @/tmp/s35_c13.json \
-    "@$P/c13_row_gluon.json" "@$P/c13_gluon_flash.json" "@$P/c13_gluon_flash_bn128.json" \
-    "@$P/c13_row_gluon_flash.json" 2>&1 | quiet | tee -a "$LOG" | tail -40
+    "@$P/c13_row_gluon.json" "@$P/c13_gluon_flash.json" "@$P/c13_gluon_flash_w8.json" \
+    "@$P/c13_gluon_flash_bn128.json" "@$P/c13_row_gluon_flash.json" 2>&1 | quiet \
+    | tee -a "$LOG" | tail -48
 fi
 if fits 200 "case 14's exact route (4 sequences)"; then
   step "case 14, 4 sequences: cuDNN's exact route against the Gluon flash attention"
