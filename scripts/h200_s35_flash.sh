@@ -3,8 +3,9 @@
 # kernels/gluon_flash.py; docs/kernels_h200.md, "Session 34"), on an H100 or the H200:
 # 1. its GPU tests (tests/kernels/test_gluon_flash.py: seven shapes against the reference
 #    and the Triton kernel, keys past the bounds never read, pdl bit for bit, the rows
-#    stack within the rule) and its compiled kernel checks (autotune kernels check
-#    --match gluon-bn);
+#    stack within the rule; where one fails, scripts/gluon_flash_debug.py's sweep says
+#    which settings are off and where) and its compiled kernel checks (autotune kernels
+#    check --match gluon-bn);
 # 2. case 13's kernel profile, six plans in one process (5 forwards each): the table's
 #    entry, with the Gluon post rows (chained, 8 warps; never measured on case 13), with
 #    the Gluon flash attention (64 keys a step at 4 and 8 warps, 128 at 4), and with both;
@@ -25,8 +26,13 @@ P=docs/plans/s34
 step "GPU tests: tests/kernels/test_gluon_flash.py"
 KERNELS_TEST_DEVICE=cuda timeout 240 python3 -m pytest -v -rfE -p no:cacheprovider \
   tests/kernels/test_gluon_flash.py 2>&1 | quiet > "$TESTS_LOG"
-echo "pytest rc=${PIPESTATUS[0]}" | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+echo "pytest rc=$rc" | tee -a "$LOG"
 grep -v " PASSED \| SKIPPED " "$TESTS_LOG" | tail -30 | tee -a "$LOG"
+if [ "$rc" -ne 0 ] && fits 400 "the debug sweep"; then  # which settings are off, and where
+  step "debug sweep: scripts/gluon_flash_debug.py"
+  timeout 120 python3 scripts/gluon_flash_debug.py 2>&1 | quiet | tail -60 | tee -a "$LOG"
+fi
 
 step "compiled checks: autotune kernels check --match gluon-bn"
 timeout 120 python3 -m autotune kernels check --match gluon-bn 2>&1 | quiet | tail -8 \
