@@ -800,11 +800,11 @@ def _key_mask_bytes(key_mask: torch.Tensor, batch: int, seq_len: int) -> torch.T
 
 def gluon_reasons(
     *, head_dim: int, block_n: int, num_warps: int, num_stages: int, precision: str,
-    maxnreg: int = 0, head_chunk: int = 0, key_lengths: bool = False,
+    head_chunk: int = 0, key_lengths: bool = False,
 ) -> list[str]:  # fmt: skip
     """Why ``attention(..., gluon=True)`` cannot take this configuration (empty: it can).
     The query tile is 64 rows a warpgroup (``block_m`` unused); ``maxnreg`` caps its
-    registers as the Triton kernel's."""
+    registers as it caps the Triton kernel's (``attention`` checks its value)."""
     reasons = gluon_flash.gluon_flash_problems(
         head_dim=head_dim, block_n=block_n, stages=num_stages, num_warps=num_warps,
         precision=precision, key_lengths=key_lengths,
@@ -878,8 +878,7 @@ def attention(
     if gluon:
         errors = maxnreg_errors("maxnreg", maxnreg) + gluon_reasons(
             head_dim=head_dim, block_n=block_n, num_warps=num_warps, num_stages=num_stages,
-            precision=precision, maxnreg=maxnreg, head_chunk=head_chunk,
-            key_lengths=key_lengths is not None,
+            precision=precision, head_chunk=head_chunk, key_lengths=key_lengths is not None,
         )  # fmt: skip
     if errors:
         raise ValueError("; ".join(errors))

@@ -1206,7 +1206,7 @@ def _config_errors(
         why = flash.gluon_reasons(
             head_dim=head_dim, block_n=tiling.block_n, num_warps=tiling.num_warps,
             num_stages=tiling.num_stages, precision=attn_precision,
-            maxnreg=tiling.attn_maxnreg, head_chunk=tiling.attn_head_chunk,
+            head_chunk=tiling.attn_head_chunk,
         )  # fmt: skip
         if gemm_precision != "fp16":
             why.append(f"the context is fp16 here: set gemm_precision=fp16 (got {gemm_precision})")

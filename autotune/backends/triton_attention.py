@@ -56,7 +56,6 @@ def gluon_flash_reasons(plan: Any, config: TransformerConfig, device: DeviceInfo
             num_warps=plan.attn_warps,
             num_stages=plan.attn_stages,
             precision=triton_precision(plan.attn_precision),
-            maxnreg=plan.attn_maxnreg,
             head_chunk=plan.attn_head_chunk,
         )
     ]
