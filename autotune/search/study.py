@@ -293,7 +293,6 @@ def make_objective(
     restrictions unrun, and plans the support rules refuse on ``device`` (both free);
     else evaluate; store everything and set the constraints. Ctrl-C
     stops the evaluation in flight and fails the trial (``autotune.search.interrupt``)."""
-    count = [0]
 
     def exhausted() -> bool:
         """Every plan of the space is measured: further trials could only repeat (the
@@ -303,7 +302,6 @@ def make_objective(
         return not space.larger_than(len({t.user_attrs.get(trials.PLAN_HASH) for t in tried}))
 
     def objective(trial: optuna.Trial) -> list[float]:
-        count[0] += 1
         run.in_flight = trial._trial_id
         run.last_free = False
         plan = space.sample(trial)
@@ -311,7 +309,7 @@ def make_objective(
         if verdict == trials.SURPLUS:
             run.stop = True
             raise optuna.TrialPruned(f"surplus: the study has {run.n_trials} complete trials")
-        if kill_at is not None and count[0] == kill_at:
+        if kill_at is not None and trial.number == kill_at:
             time.sleep(2.5)  # test hook: a worker dies mid-trial, after its first heartbeats
             os.kill(os.getpid(), signal.SIGKILL)
         if prior is not None:

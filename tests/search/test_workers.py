@@ -102,7 +102,7 @@ def test_three_workers_finish_exactly_n_trials_and_a_killed_workers_trial_is_ret
     url = urls[0]
     _clean_postgres(url)
     n = 8  # the whole space: the run ends when no plan is left to measure
-    _worker_run(url, space_file, n, {"AUTOTUNE_KILL_WORKER": "0@2"}, monkeypatch)
+    _worker_run(url, space_file, n, {"AUTOTUNE_KILL_WORKER": "3"}, monkeypatch)
     trials = _trials(url)
     states = [t.state for t in trials]
     measured = [t for t in trials if t.state == TrialState.COMPLETE and counts(t)]
