@@ -93,29 +93,34 @@ if not GLUON_ERROR:
         _cp_async(smem, ptrs, mask=mask)
 
     @gluon.jit
-    def _project(a_s, w_s, bias_s, ones, zeros):
+    def _project(a_s, w_s, bias_s, ones_s, zeros):
         """Issue ``rows @ W^T + b`` (``W`` resident ``[slot columns, D]``), asynchronously:
         the accumulator starts as ``ones @ B^T``, ``B`` the bias's ``[slot columns, 16]``
         matrix (its fp16 high and low parts in the first two columns, zeros after), so the
-        bias is added by the tensor cores in fp32, no register load of it."""
-        acc = warpgroup_mma(ones, bias_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
+        bias is added by the tensor cores in fp32, no register load of it; both operands in
+        shared memory (with the ones in registers those wgmma held 7.8% of case 6's
+        samples at their issue, session 33: whether this is faster is for the device)."""
+        acc = warpgroup_mma(ones_s, bias_s.permute((1, 0)), zeros, use_acc=False, is_async=True)
         return warpgroup_mma(a_s, w_s.permute((1, 0)), acc, is_async=True)
 
     @gluon.jit
-    def _slot_projections(a_s, wq, wk, wv, bq_s, bk_s, bv_s, ones, zeros,
+    def _slot_projections(a_s, wq, wk, wv, bq_s, bk_s, bv_s, ones_s, zeros,
                           TOGETHER: gl.constexpr):  # fmt: skip
         """The slot's q, k, v (fp16, with their bias, rounded once): with ``TOGETHER`` the
         three projections issued back to back and waited for once (three accumulators live:
         up to 64 columns), else one at a time."""
         if TOGETHER:
-            q = _project(a_s, wq, bq_s, ones, zeros)
-            k = _project(a_s, wk, bk_s, ones, zeros)
-            v = _project(a_s, wv, bv_s, ones, zeros)
+            q = _project(a_s, wq, bq_s, ones_s, zeros)
+            k = _project(a_s, wk, bk_s, ones_s, zeros)
+            v = _project(a_s, wv, bv_s, ones_s, zeros)
             q, k, v = warpgroup_mma_wait(num_outstanding=0, deps=(q, k, v))
         else:
-            q = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wq, bq_s, ones, zeros),))
-            k = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wk, bk_s, ones, zeros),))
-            v = warpgroup_mma_wait(num_outstanding=0, deps=(_project(a_s, wv, bv_s, ones, zeros),))
+            q = _project(a_s, wq, bq_s, ones_s, zeros)
+            q = warpgroup_mma_wait(num_outstanding=0, deps=(q,))
+            k = _project(a_s, wk, bk_s, ones_s, zeros)
+            k = warpgroup_mma_wait(num_outstanding=0, deps=(k,))
+            v = _project(a_s, wv, bv_s, ones_s, zeros)
+            v = warpgroup_mma_wait(num_outstanding=0, deps=(v,))
         return q.to(gl.float16), k.to(gl.float16), v.to(gl.float16)
 
     @gluon.jit
@@ -147,8 +152,8 @@ if not GLUON_ERROR:
         ``b`` (fp32 ``[S, hd]``): the scores one wgmma, masked (keys at or past ``key_end``,
         with ``MASK_BYTES`` the key mask's bytes too, causal), the exact softmax in the log2
         domain (the scale folded into the exponent's FMA), the probabilities rounded to
-        fp16 for the second wgmma and the row sums divided out at the end (a row with no
-        valid key: 0)."""
+        fp16 for the second wgmma and the row sums divided out at the end, by their
+        reciprocal (a row with no valid key: 0)."""
         s = warpgroup_mma(gl.convert_layout(q, Q_OP), k_tile.permute((1, 0)),
                           gl.zeros([BLOCK_S, BLOCK_S], gl.float32, ACC_S), use_acc=False,
                           is_async=True)  # fmt: skip
@@ -174,10 +179,12 @@ if not GLUON_ERROR:
                           is_async=True)  # fmt: skip
         o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
         denom = gl.convert_layout(gl.where(denom == 0.0, 1.0, denom), gl.SliceLayout(1, ACC_H))
-        return o / gl.expand_dims(denom, 1)
+        # one division a row, a multiply an element (a division an element was ~70
+        # instructions a thread a head: ptxas's scaled approximate division)
+        return o * gl.expand_dims(1.0 / denom, 1)
 
     @gluon.jit
-    def _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
+    def _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, ones_s, normed_ptr, ctx_ptr,
                         key_mask_ptr, b, step, batch, seq_len, key_end, qk_scale, count, col0,
                         D: gl.constexpr, HD: gl.constexpr, PAIR: gl.constexpr,
                         SLOTS: gl.constexpr, BLOCK_S: gl.constexpr, CAUSAL: gl.constexpr,
@@ -198,10 +205,9 @@ if not GLUON_ERROR:
             c0 = col0 + t * SW  # the slot's first column
             offs_h = gl.arange(0, SW, layout=gl.SliceLayout(0, ACC_H))
             zeros_h = gl.zeros([BLOCK_S, SW], gl.float32, ACC_H)
-            ones = gl.full([BLOCK_S, _BIAS_K], 1.0, gl.float16, P_OP)  # the bias's A operand
             q, k, v = _slot_projections(a_s, wq_s.index(t), wk_s.index(t), wv_s.index(t),
                                         b_s.index(t), b_s.index(SLOTS + t),
-                                        b_s.index(2 * SLOTS + t), ones, zeros_h,
+                                        b_s.index(2 * SLOTS + t), ones_s, zeros_h,
                                         SW <= 64)  # fmt: skip
             k_s.index(buf).store(k)
             v_s.index(buf).store(v)
@@ -308,6 +314,9 @@ if not GLUON_ERROR:
                 lo = (bias - hi.to(gl.float32)).to(gl.float16)
                 parts = gl.where(offs_bk == 0, gl.expand_dims(hi, 1), gl.expand_dims(lo, 1))
                 b_s.index(part * SLOTS + w).store(gl.where(offs_bk < 2, parts, 0.0).to(gl.float16))
+        # the biases' A operand, ones (the same shared layout: 16 halves a row)
+        ones_s = gl.allocate_shared_memory(gl.float16, [BLOCK_S, _BIAS_K], SMEM_B)
+        ones_s.store(gl.full([BLOCK_S, _BIAS_K], 1.0, gl.float16, LOAD_B))
         # A commit group of the weights, then one of the first sequence's rows (after the
         # wait for the previous kernel, which wrote them: USE_GDC); each sequence's rows
         # after that are a group of their own, the only one in flight.
@@ -343,20 +352,20 @@ if not GLUON_ERROR:
             _copies_visible()  # (the fence also orders the stores above before wgmma)
             if HAS_KEY_MASK:
                 if key_prefix:  # a full or right-padded mask: masked by position alone
-                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
-                                    key_mask_ptr, b, step, batch, seq_len, key_end,
+                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, ones_s, normed_ptr,
+                                    ctx_ptr, key_mask_ptr, b, step, batch, seq_len, key_end,
                                     qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
                                     CAUSAL, False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
                                     P_OP, LOAD, STORE, STOP)  # fmt: skip
                 else:  # holes: each head reads the mask's bytes
-                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
-                                    key_mask_ptr, b, step, batch, seq_len, key_end,
+                    _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, ones_s, normed_ptr,
+                                    ctx_ptr, key_mask_ptr, b, step, batch, seq_len, key_end,
                                     qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S,
                                     CAUSAL, True, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP,
                                     P_OP, LOAD, STORE, STOP)  # fmt: skip
             else:
-                _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, normed_ptr, ctx_ptr,
-                                key_mask_ptr, b, step, batch, seq_len, seq_len,
+                _sequence_slots(a_s, wq_s, wk_s, wv_s, k_s, v_s, b_s, ones_s, normed_ptr,
+                                ctx_ptr, key_mask_ptr, b, step, batch, seq_len, seq_len,
                                 qk_scale, count, col0, D, HD, PAIR, SLOTS, BLOCK_S, CAUSAL,
                                 False, NORMED, KV_BUFS, ACC_H, ACC_S, Q_OP, P_OP, LOAD,
                                 STORE, STOP)  # fmt: skip
@@ -460,7 +469,8 @@ def gluon_heads_shared_bytes(
 ) -> int:
     """Shared memory a program holds: the group's q, k, v weight rows, the sequence's rows,
     and the k, v buffers of a slot, fp16 (``kv_bufs`` 0: as ``kv_buffers`` picks); the
-    group's q, k, v biases as ``[columns, BIAS_K]`` fp16 matrices; and the compiler's
+    group's q, k, v biases as ``[columns, BIAS_K]`` fp16 matrices and their A operand
+    (``[S, BIAS_K]`` ones); and the compiler's
     scratch, the larger of the reductions over a sequence's key mask (4 bytes a warp that
     holds distinct keys) and the context's conversion to 16-byte stores (a slot's
     ``[S, columns]`` fp16, slots up to ``WIDE_STORE_MAX`` columns). The compiler may align
@@ -470,7 +480,7 @@ def gluon_heads_shared_bytes(
     tiles = 2 * (3 * heads * head_dim * d_model + bs * d_model + 2 * kv_bufs * bs * sw)
     # scratch (shared by the compiler): the key mask's reductions, the context's conversion
     scratch = max(4 * (bs // 32), 2 * bs * sw if sw <= WIDE_STORE_MAX else 0)
-    return tiles + 2 * 3 * heads * head_dim * BIAS_K + scratch
+    return tiles + 2 * (3 * heads * head_dim + bs) * BIAS_K + scratch
 
 
 def gluon_heads_problems(

@@ -77,15 +77,15 @@ def test_shared_memory_and_the_kv_buffers() -> None:
     """The weights of the group, the sequence's rows and k, v (two buffers where they fit):
     equal to the compiled kernels' (offline, Triton 3.6 and 3.9: tests/kernels/test_sass.py)."""
     # case 6: 4 heads of 32: 96 KiB of weights, 32 KiB of rows, 2 x 2 x 8 KiB of k, v, the
-    # biases as wgmma operands (3 x 128 columns x 16 halves: 12 KiB) and the scratch: the
-    # context's conversion to 16-byte stores (128 x 32 halves), larger than the key mask's
-    # reductions (4 warps of distinct keys: 16 B)
-    assert gluon_heads.gluon_heads_shared_bytes(128, 32, 4, 8) == 163_840 + 12_288 + 8_192
+    # biases as wgmma operands (3 x 128 columns x 16 halves: 12 KiB) and their A operand
+    # (128 x 16 ones: 4 KiB), and the scratch: the context's conversion to 16-byte stores
+    # (128 x 32 halves), larger than the key mask's reductions (4 warps of distinct keys)
+    assert gluon_heads.gluon_heads_shared_bytes(128, 32, 4, 8) == 163_840 + 16_384 + 8_192
     assert gluon_heads.kv_buffers(128, 32, 4, 8) == 2
     # case 9: one head of 128: two buffers would be 256 KiB; one fits (192 KiB); a slot that
     # wide stores from the accumulator (no conversion scratch)
     assert gluon_heads.kv_buffers(128, 128, 1, 8) == 1
-    assert gluon_heads.gluon_heads_shared_bytes(128, 128, 1, 8) == 196_608 + 12_288 + 16
+    assert gluon_heads.gluon_heads_shared_bytes(128, 128, 1, 8) == 196_608 + 16_384 + 16
     assert _problems(num_heads=1, heads=1) == []
 
 
