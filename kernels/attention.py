@@ -882,6 +882,17 @@ def attention(
         )  # fmt: skip
     if errors:
         raise ValueError("; ".join(errors))
+    if gluon:  # before the Triton launch checks: their message names the Triton kernels
+        offline = _triton.OFFLINE_ARCH
+        if is_interpreted(_attention_fwd_kernel) or (q.device.type != "cuda" and not offline):
+            where = "the interpreter" if is_interpreted(_attention_fwd_kernel) else str(q.device)
+            raise ValueError(
+                "gluon=True (the Gluon flash attention) runs compiled on a CUDA GPU of compute "
+                f"capability 9.x; got {where}: pass gluon=False"
+            )
+        major = offline // 10 if offline else torch.cuda.get_device_capability(q.device)[0]
+        if major != 9:
+            raise ValueError(f"gluon=True is built for Hopper (sm_90: wgmma); this is sm_{major}x")
     if out is None:
         out = torch.empty(q.shape, device=q.device, dtype=torch.float32)
     check_out(out, q.shape)
@@ -906,16 +917,6 @@ def attention(
     if q.numel() == 0:
         return out
     if gluon:
-        offline = _triton.OFFLINE_ARCH
-        if is_interpreted(_attention_fwd_kernel) or (q.device.type != "cuda" and not offline):
-            where = "the interpreter" if is_interpreted(_attention_fwd_kernel) else str(q.device)
-            raise ValueError(
-                "gluon=True (the Gluon flash attention) runs compiled on a CUDA GPU of compute "
-                f"capability 9.x; got {where}: pass gluon=False"
-            )
-        major = offline // 10 if offline else torch.cuda.get_device_capability(q.device)[0]
-        if major != 9:
-            raise ValueError(f"gluon=True is built for Hopper (sm_90: wgmma); this is sm_{major}x")
         if scale <= 0:  # it masks before it scales: a positive scale keeps -inf masked
             raise ValueError(f"gluon=True takes a positive scale (got {scale}): pass gluon=False")
         if out.dtype != torch.float16 or q.dtype != torch.float16:
