@@ -495,6 +495,18 @@ KNOBS: tuple[Knob, ...] = (
         needs={"end": "pdl=True"},
         group="kernels",
     ),
+    Knob(
+        "one_launch",
+        False,
+        "fused_layer=heads with row_next_norm: the whole forward in one launch "
+        "(kernels.stack): persistent programs, at most one a multiprocessor, run every "
+        "layer's heads attention and post rows as phases with a grid-wide barrier between "
+        "them, at max(attn_warps, row_warps) warps and attn_stages (the same arithmetic; no "
+        "launch between layers)",
+        choices=(False, True),
+        needs={True: "fused_layer=heads with row_next_norm, no attn_gluon, row_gluon or pdl"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -563,6 +575,7 @@ class Plan:
     row_next_norm: bool = False
     pdl: bool = False
     pdl_trigger: str = "start"
+    one_launch: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -284,6 +284,12 @@ class Tiling:
     # wait: the next kernel's programs become resident and wait) or "end" (after its last
     # store: the next launch's latency overlaps this kernel's tail, nothing more).
     pdl_trigger: str = "start"
+    # heads with next_norm: the whole forward in one launch (``kernels.stack``): persistent
+    # programs, one a multiprocessor at most, run every layer's heads attention and post
+    # rows as phases, a grid-wide barrier (a counter in global memory) between them; no
+    # launch between layers. The same arithmetic as the two launches a layer; one
+    # ``max(num_warps, row_warps)`` and ``num_stages`` for both phases.
+    one_launch: bool = False
 
     def __post_init__(self) -> None:
         if self.pdl_trigger != "start" and not self.pdl:
@@ -387,7 +393,9 @@ def _store_operand_rows(
 
 
 @triton.jit
-def _heads_attention_kernel(
+def _heads_attention_program(
+    pid,
+    off_b,
     x_ptr,
     ctx_ptr,
     key_mask_ptr,
@@ -415,16 +423,14 @@ def _heads_attention_kernel(
     PREC_G: tl.constexpr,
     PREC_A: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
-    USE_GDC: tl.constexpr,
     NORMED: tl.constexpr,
 ):
     """One (query block, head, sequence): LayerNorm1 and the head's projections of its
     query rows and, per key block, of the key rows; the online softmax; the head's context.
     With ``NORMED`` the LayerNorm1 rows come ready from ``normed`` (the previous layer's
-    post rows wrote them: ``next_norm``) and ``x``, ``n1w``, ``n1b`` are not read."""
-    grid_dependency_enter(USE_GDC)
-    pid = tl.program_id(0)
-    off_b = tl.program_id(1).to(tl.int64)
+    post rows wrote them: ``next_norm``) and ``x``, ``n1w``, ``n1b`` are not read.
+    ``pid`` is the (query block, head) index, ``off_b`` the sequence (int64): the kernel's
+    grid, or a whole-forward program's work item (``kernels.stack``)."""
     head = pid // num_q_blocks
     # The last query blocks first: under causal masking they have the most key blocks.
     start_m = (num_q_blocks - 1 - pid % num_q_blocks) * BLOCK_M
@@ -496,6 +502,48 @@ def _heads_attention_kernel(
         ctx.to(ctx_ptr.dtype.element_ty),
         mask=row_ok[:, None] & c_ok[None, :],
     )
+
+
+@triton.jit
+def _heads_attention_kernel(
+    x_ptr,
+    ctx_ptr,
+    key_mask_ptr,
+    n1w_ptr,
+    n1b_ptr,
+    wq_ptr,
+    bq_ptr,
+    wk_ptr,
+    bk_ptr,
+    wv_ptr,
+    bv_ptr,
+    normed_ptr,
+    seq_len,
+    d_model,
+    head_dim,
+    num_q_blocks,
+    qk_scale,
+    eps,
+    CAUSAL: tl.constexpr,
+    HAS_KEY_MASK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_HD: tl.constexpr,
+    PREC_G: tl.constexpr,
+    PREC_A: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+    USE_GDC: tl.constexpr,
+    NORMED: tl.constexpr,
+):
+    """One (query block, head, sequence) a program: ``_heads_attention_program``."""
+    grid_dependency_enter(USE_GDC)
+    _heads_attention_program(
+        tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, ctx_ptr, key_mask_ptr,
+        n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr, normed_ptr, seq_len,
+        d_model, head_dim, num_q_blocks, qk_scale, eps, CAUSAL, HAS_KEY_MASK, BLOCK_M,
+        BLOCK_N, BLOCK_D, BLOCK_HD, PREC_G, PREC_A, EMULATE_BF16_DOT, NORMED,
+    )  # fmt: skip
     grid_dependency_exit(USE_GDC)
 
 
@@ -712,7 +760,8 @@ def _qkv_of_rows(
 
 
 @triton.jit
-def _post_rows_kernel(
+def _post_rows_program(
+    pid,
     x_ptr,
     ctx_ptr,
     out_ptr,
@@ -749,16 +798,16 @@ def _post_rows_kernel(
     GELU_POLY: tl.constexpr,
     NEXT_QKV: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    USE_GDC: tl.constexpr,
     FOLD_RESIDUAL: tl.constexpr,
     NEXT_NORM: tl.constexpr,
 ):
     """The post-attention rows of one layer; with ``NEXT_QKV`` also the next layer's
     LayerNorm1 and QKV projections of the same rows into ``qkv`` (its weights in
     ``n1w_ptr`` .. ``bqkv_ptr``; unused placeholders otherwise); with ``NEXT_NORM`` the
-    next layer's LayerNorm1 of the same rows into ``normed`` (``n1w_ptr``, ``n1b_ptr``)."""
-    grid_dependency_enter(USE_GDC)
-    offs_m = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    next layer's LayerNorm1 of the same rows into ``normed`` (``n1w_ptr``, ``n1b_ptr``).
+    ``pid`` is the block of rows: the kernel's grid, or a whole-forward program's work item
+    (``kernels.stack``)."""
+    offs_m = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     rows = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     offs_k0 = tl.arange(0, BLOCK_K)
@@ -808,6 +857,61 @@ def _post_rows_kernel(
             y, normed_ptr, n1w_ptr, n1b_ptr, rows, row_ok, offs_d, d_ok, d_model, eps,
             PRECISION, EMULATE_BF16_DOT,
         )  # fmt: skip
+
+
+@triton.jit
+def _post_rows_kernel(
+    x_ptr,
+    ctx_ptr,
+    out_ptr,
+    key_mask_ptr,
+    wo_ptr,
+    bo_ptr,
+    n2w_ptr,
+    n2b_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    nfw_ptr,
+    nfb_ptr,
+    qkv_ptr,
+    n1w_ptr,
+    n1b_ptr,
+    wqkv_ptr,
+    bqkv_ptr,
+    normed_ptr,
+    num_rows,
+    d_model,
+    ffn_dim,
+    eps,
+    HAS_KEY_MASK: tl.constexpr,
+    FINAL_NORM: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EMULATE_BF16_DOT: tl.constexpr,
+    STAGE_RESIDUAL: tl.constexpr,
+    GELU_POLY: tl.constexpr,
+    NEXT_QKV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    USE_GDC: tl.constexpr,
+    FOLD_RESIDUAL: tl.constexpr,
+    NEXT_NORM: tl.constexpr,
+):
+    """The post-attention rows of one layer, a block of ``BLOCK_R`` rows a program:
+    ``_post_rows_program``."""
+    grid_dependency_enter(USE_GDC)
+    _post_rows_program(
+        tl.program_id(0), x_ptr, ctx_ptr, out_ptr, key_mask_ptr, wo_ptr, bo_ptr,
+        n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr, qkv_ptr,
+        n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, normed_ptr, num_rows, d_model, ffn_dim,
+        eps, HAS_KEY_MASK, FINAL_NORM, BLOCK_R, BLOCK_D, BLOCK_K, BLOCK_F, PRECISION,
+        EMULATE_BF16_DOT, STAGE_RESIDUAL, GELU_POLY, NEXT_QKV, BLOCK_N, FOLD_RESIDUAL,
+        NEXT_NORM,
+    )  # fmt: skip
     grid_dependency_exit(USE_GDC)
 
 
@@ -1222,6 +1326,19 @@ def _config_errors(
             f"writes the next layer's qkv (got variant={variant!r}, "
             f"attn_post={tiling.attn_post})"
         )
+    if tiling.one_launch:
+        reasons += [
+            f"one_launch runs {what}"
+            for what, wrong in (
+                (f"the heads variant's kernels (got variant={variant!r})", variant != "heads"),
+                ("with next_norm (its heads phases read LayerNorm1 rows)", not tiling.next_norm),
+                ("the Triton kernels, not gluon_post", tiling.gluon_post),
+                ("the Triton kernels, not gluon_heads", tiling.gluon_heads),
+                ("no launch to overlap: pdl does not apply", tiling.pdl),
+                ("both phases in one kernel: row_maxnreg does not apply", tiling.row_maxnreg),
+            )
+            if wrong
+        ]
     if tiling.gluon_post:
         reasons += _gluon_errors(variant, d_model, ffn_dim, tiling, gemm_precision)
     if tiling.gluon_heads:
@@ -1762,6 +1879,11 @@ def layer_stack(
     mask_bytes = None if key_mask is None else _mask_bytes(key_mask, batch, seq_len)
     if tiling.mask_bounds and variant != "rows":
         raise ValueError("tiling.mask_bounds applies to variant='rows' only")
+    if tiling.one_launch:
+        raise ValueError(
+            "tiling.one_launch runs the whole stack in one kernel: call "
+            "kernels.stack.stack_forward, not layer_stack"
+        )
     if tiling.attn_post and variant != "rows":
         raise ValueError("tiling.attn_post applies to variant='rows' only")
     if tiling.stage_residual and variant == "seq":

@@ -112,6 +112,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "pdl=True launches the kernels of fused_layer=heads or rows with programmatic "
                 "dependent launch; got fused_layer=none"
             )
+        if plan.one_launch:
+            reasons.append(
+                "one_launch=True runs the kernels of fused_layer=heads (with row_next_norm) "
+                "in one launch; got fused_layer=none"
+            )
         return reasons + _trigger_reasons(plan)
 
 
@@ -153,6 +158,7 @@ def tiling(plan: Any) -> Any:
         pdl=plan.pdl,
         # pdl_trigger without pdl is refused by the support rules (_trigger_reasons).
         pdl_trigger=plan.pdl_trigger if plan.pdl else "start",
+        one_launch=plan.one_launch,
     )
 
 
@@ -290,7 +296,12 @@ class _FusedLayer(FusedLayerFamily):
 
         layers, final = weights_from_model(model)
         precision = triton_precision(model.plan.gemm_precision)
-        return [prepare_layer_weights(w, precision) for w in layers], final
+        prepared = [prepare_layer_weights(w, precision) for w in layers]
+        if model.plan.one_launch:  # the [L, ...] copies the one launch reads, made once
+            from kernels.stack import stack_layers
+
+            return stack_layers(prepared), final
+        return prepared, final
 
     def forward(
         self,
@@ -304,6 +315,21 @@ class _FusedLayer(FusedLayerFamily):
         from kernels.layer import layer_stack
 
         layers, final = prepared
+        if plan.one_launch:
+            from kernels.stack import stack_forward
+
+            return stack_forward(
+                x.contiguous(),
+                layers,
+                final,
+                num_heads=config.num_heads,
+                causal=config.causal,
+                key_mask=mask,
+                tiling=tiling(plan),
+                gemm_precision=triton_precision(plan.gemm_precision),
+                attn_precision=triton_precision(plan.attn_precision),
+                out=out,
+            )
         return layer_stack(
             x.contiguous(),
             layers,

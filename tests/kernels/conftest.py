@@ -23,7 +23,13 @@ if TEST_DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 
 if importlib.util.find_spec("triton") is not None:
-    for module in ("kernels.attention", "kernels.layernorm", "kernels.ffn", "kernels.layer"):
+    for module in (
+        "kernels.attention",
+        "kernels.layernorm",
+        "kernels.ffn",
+        "kernels.layer",
+        "kernels.stack",
+    ):
         importlib.import_module(module)
 
 
