@@ -483,10 +483,14 @@ def _run_layer(
     (last of all): the Gluon post rows (``kernels.gluon_rows``, 4 or 8 row warps; compiled
     on sm_90 only), at ``GLUON_LAYER_SHAPE``; "gheads" (after everything): the Gluon heads
     attention (``kernels.gluon_heads``, 2 heads a program, 4 warps; compiled on sm_90 only),
-    at that shape too; "gheads8": 8 heads of 8 (in pairs), 4 a program."""
+    at that shape too; "gheads8": 8 heads of 8 (in pairs), 4 a program; "one" (after
+    everything, heads with "chain"): the whole stack in one launch (``kernels.stack``)."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
+    from kernels.stack import stack_forward, stack_layers
 
+    one_launch = padding.endswith("one")
+    padding = padding.removesuffix("one").removesuffix("-")
     pairs = padding.endswith("gheads8")  # 8 heads of 8: the kernel's pairs of heads
     gluon_heads = 4 if pairs else 2 if padding.endswith("gheads") else 0
     padding = padding.removesuffix("8" if pairs else "").removesuffix("gheads").removesuffix("-")
@@ -536,11 +540,18 @@ def _run_layer(
     if mask is not None:
         x = x.masked_fill(~mask[..., None], 0.0)
     layers, final = weights_from_model(model)
+    prepared = [prepare_layer_weights(w, precision) for w in layers]
     with torch.inference_mode():
         ref = model(x, mask)
-        out = layer_stack(
+        run = layer_stack
+        if one_launch:  # the same arguments; the weights stacked [L, ...] once
+
+            def run(x, layers, final, *, variant, **kwargs):  # type: ignore[no-untyped-def]
+                return stack_forward(x, stack_layers(layers), final, **kwargs)
+
+        out = run(
             x,
-            [prepare_layer_weights(w, precision) for w in layers],
+            prepared,
             final,
             num_heads=shape["num_heads"],
             causal=causal,
@@ -564,6 +575,7 @@ def _run_layer(
                 row_maxnreg=row_maxnreg,
                 gelu_poly=gelu_poly,
                 fold_residual=fold_residual,
+                one_launch=one_launch,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -721,6 +733,10 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("heads", "fp16", "masked-chain", True),
         ("heads", "ieee", "padded-staged-chain-gelu-fold", True),
         ("heads", "fp16", "chain", False),
+        # the whole stack in one launch (session 35)
+        ("heads", "fp16", "masked-chain-one", True),
+        ("heads", "ieee", "padded-staged-chain-gelu-fold-one", True),
+        ("heads", "fp16", "chain-one", False),
     )
     if _compiled_on_hopper():  # programmatic dependent launch: compiled, sm_90+ only
         layer_cases += (

@@ -215,6 +215,13 @@ SPACE = {
         # up to S key rows in every program (session 21: its samples on the LayerNorm and
         # softmax reductions' FADD / SHFL / MUFU).
         {"name": "row_next_norm", "values": [False, True], "when": {"fused_layer": ["heads"]}},
+        # The whole heads stack in one launch (session 35, kernels/stack.py): persistent
+        # programs with a grid-wide barrier between phases; no launch gaps between layers.
+        {
+            "name": "one_launch",
+            "values": [False, True],
+            "when": {"fused_layer": ["heads"], "row_next_norm": [True]},
+        },
         # The post rows kernel in Gluon (session 28, kernels/gluon_rows.py): persistent, its
         # weights resident in shared memory, one wgmma a GEMM. Built without a device;
         # compiled offline (Triton 3.6: 253 registers, 112 KiB at 4 warps on case 6's
