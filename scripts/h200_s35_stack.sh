@@ -21,6 +21,9 @@ KERNELS_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider \
 rc=$?
 echo "pytest rc=$rc" | tee -a "$LOG"
 [ "$rc" -eq 0 ] || exit 1
+step "compiled kernel checks: --match -one"
+timeout 120 python3 -m autotune kernels check --match -one 2>&1 | grep -v -i warn | tail -5 \
+  | tee -a "$LOG"
 for c in 2 3 12 7; do
   fits 40 "case $c's profile" || break
   step "case $c: kernel profile, entry and one launch"
