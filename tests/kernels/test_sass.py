@@ -638,3 +638,18 @@ def test_gluon_kernels_copy_their_weights_before_the_grid_dependency_wait(mode: 
         else:
             stores = [i for i, op in enumerate(seq) if op.startswith("st.global")]
             assert stores and launch > max(stores), name
+
+
+def test_the_plans_one_launch_is_one_kernel_of_16_programs_at_case_2(tmp_path: Path) -> None:
+    """one_launch: case 2's whole forward one launch of 16 programs (4 heads x 4 query
+    blocks, one a multiprocessor) at max(attn_warps, row_warps) = 8 warps, where the two
+    launches a layer are 8 kernels."""
+    _needs_compiler()
+    out = tmp_path / "one.json"
+    plan = dict(HEADS, row_next_norm=True, row_warps=8, one_launch=True)
+    done = _inspect("--cases", "2", "--plan", json.dumps(plan), "--json", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = json.loads(out.read_text())
+    (kernel,) = record["kernels"]
+    assert kernel["name"] == "_stack_kernel" and kernel["launches"] == 1
+    assert kernel["programs"] == 16 and kernel["num_warps"] == 8
