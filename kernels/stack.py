@@ -18,10 +18,11 @@ H200: 49 us of kernel time, 70 us a forward). Here one launch runs every phase:
 Between phases a grid-wide barrier: each program, after a CTA barrier, adds 1 to a
 counter in global memory (release, GPU scope) and spins until it reaches the phase's
 count (acquire); the last program to leave resets the counters for the next launch. Every
-program is resident at once (at most one a multiprocessor and nothing else running on the
-stream), so the spin ends. Each layer's context and LayerNorm1 rows go to their own slice
-of ``[L, B, S, D]`` buffers: no address is written twice in a launch. The post rows of a
-block of rows read and write only those rows of ``out`` (layer 1 reads ``x``).
+program is resident at once (at most one a multiprocessor, and a cooperative launch: the
+driver refuses a grid that cannot all be resident), so the spin ends. Each layer's context
+and LayerNorm1 rows go to their own slice of ``[L, B, S, D]`` buffers: no address is
+written twice in a launch. The post rows of a block of rows read and write only those rows
+of ``out`` (layer 1 reads ``x``).
 
 The same arithmetic as the two launches a layer (the same jit functions, inlined), with
 one ``num_warps`` (``max(num_warps, row_warps)``) and ``num_stages`` for both phases.
@@ -153,9 +154,11 @@ def _stack_kernel(
     num_attn = per_seq * batch
     num_rows = batch * seq_len
     num_row_blocks = tl.cdiv(num_rows, BLOCK_R)
-    tokens = num_rows * d_model  # elements of one [B, S, D] buffer
-    dd = d_model * d_model
-    d_f = d_model * ffn_dim
+    # Strides of a layer in the [L, ...] buffers and weights, int64: L * B * S * D may pass
+    # 2**31 where one layer's offsets do not.
+    tokens = tl.cast(num_rows, tl.int64) * d_model  # elements of one [B, S, D] buffer
+    dd = tl.cast(d_model, tl.int64) * d_model
+    d_f = tl.cast(d_model, tl.int64) * ffn_dim
     # Layer 1's heads attention, LayerNorm1 of x inside.
     for item in range(pid, num_attn, nprog):
         _heads_attention_program(
@@ -237,6 +240,14 @@ def stack_grid(
     else:
         sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(work, sms))
+
+
+def _cooperative() -> dict[str, bool]:
+    """A cooperative launch where the kernels are compiled: the driver runs every program
+    at once or refuses the launch (an error, not a barrier that never opens when other
+    work holds multiprocessors). The interpreter runs one program and takes no such
+    option."""
+    return {} if is_interpreted(_stack_kernel) else {"launch_cooperative_grid": True}
 
 
 def stack_forward(
@@ -327,5 +338,6 @@ def stack_forward(
         EMULATE_BF16_DOT=is_interpreted(_stack_kernel), STAGE_RESIDUAL=tiling.stage_residual,
         GELU_POLY=tiling.gelu_poly, FOLD_RESIDUAL=tiling.fold_residual,
         num_warps=max(tiling.num_warps, tiling.row_warps), num_stages=tiling.num_stages,
+        **_cooperative(),
     )  # fmt: skip
     return out

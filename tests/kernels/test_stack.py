@@ -207,3 +207,29 @@ def test_one_launch_at_case_2s_shape_in_a_cuda_graph(batch, device) -> None:
             torch.cuda.synchronize()
             assert torch.equal(out, expected), step
         assert torch.count_nonzero(stacked.counters) == 0
+
+
+@pytest.mark.parametrize(("mask_kind", "causal"), [("holes", False), ("right-padded", True)])
+def test_one_launch_with_more_work_than_multiprocessors(mask_kind, causal, device) -> None:
+    """256 attention items and 64 row blocks a phase on at most one program a
+    multiprocessor (132 on the H200): programs loop over several items of each phase. Within
+    the rule of the two launches a layer and of the reference, and the same bits launch
+    after launch (a barrier that let a phase start early would show as a difference)."""
+    if device != "cuda":
+        pytest.skip("many programs need a GPU (the interpreter runs one)")
+    shape = (4, 256, 64, 4, 64, 3)
+    x, mask, prepared, final, reference = _setup(shape, "fp16", mask_kind, causal, device)
+    tiling = dataclasses.replace(SMALL, row_block=16)
+    work = 4 * (256 // 16) * 4
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    one = dataclasses.replace(tiling, one_launch=True)
+    assert stack_grid(4, 256, 4, one, x.device) == min(work, sms)
+    kwargs = dict(num_heads=4, causal=causal, key_mask=mask)
+    stacked = stack_layers(prepared)
+    with torch.inference_mode():
+        two = layer_stack(x, prepared, final, variant="heads", tiling=tiling, **kwargs)
+        first = stack_forward(x, stacked, final, tiling=one, **kwargs)
+        for _ in range(20):
+            assert torch.equal(stack_forward(x, stacked, final, tiling=one, **kwargs), first)
+    assert compare(first.cpu(), two.cpu(), PROJECT_RULE).passed
+    assert compare(first.cpu(), reference, PROJECT_RULE).passed
