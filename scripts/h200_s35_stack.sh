@@ -22,8 +22,8 @@ rc=$?
 echo "pytest rc=$rc" | tee -a "$LOG"
 # On a failure the timings still run (each compare gates its plans itself): what failed is
 # in the log above them.
-step "compiled kernel checks: --match -one"
-timeout 120 python3 -m autotune kernels check --match -one 2>&1 | grep -v -i warn | tail -5 \
+step "compiled kernel checks: --match=-one"
+timeout 120 python3 -m autotune kernels check --match=-one 2>&1 | grep -v -i warn | tail -5 \
   | tee -a "$LOG"
 for c in 2 3 12 7; do
   fits 40 "case $c's profile" || break
