@@ -216,7 +216,9 @@ SPACE = {
         # softmax reductions' FADD / SHFL / MUFU).
         {"name": "row_next_norm", "values": [False, True], "when": {"fused_layer": ["heads"]}},
         # The whole heads stack in one launch (session 35, kernels/stack.py): persistent
-        # programs with a grid-wide barrier between phases; no launch gaps between layers.
+        # programs with a grid-wide barrier between phases. On an H100 it lost to the two
+        # launches a layer on cases 2, 3, 12, 7 (0.43-0.90x; docs/logs/s35/s35_stack.log:
+        # about 1 us a barrier against 0.4 us a graph's kernel boundary); searched, no prior.
         {
             "name": "one_launch",
             "values": [False, True],
