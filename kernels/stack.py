@@ -1,9 +1,12 @@
 """The whole forward of a pre-norm stack in one launch (issue 17: the tiniest shapes).
 
 At B = 1-4 the heads variant (``kernels.layer``) runs each layer as two launches of 2-64
-programs, each a few microseconds of dependent work: in a captured graph the gaps between
-the eight kernels of a 4-layer forward cost about as much as the kernels (case 2 on the
-H200: 49 us of kernel time, 70 us a forward). Here one launch runs every phase:
+programs, each a few microseconds of dependent work. Here one launch runs every phase, no
+launch between layers. Measured on an H100 (session 35, ``docs/kernels_h200.md``) it is
+slower than the two launches a layer on every heads case: a replayed graph's kernel
+boundary costs about 0.4 us, a grid barrier here about 1 us (case 2: 59.1 against 52.6 us a
+forward). The plan knob ``one_launch`` keeps it searchable.
+
 
   grid ``min(max(H * cdiv(S, BLOCK_M) * B, cdiv(B*S, BLOCK_R)), multiprocessors)``
   persistent programs (1 under the interpreter, which runs programs one after another),
