@@ -7,6 +7,7 @@ slower than the two launches a layer on every heads case: a replayed graph's ker
 boundary costs about 0.4 us, a grid barrier here about 1 us (case 2: 59.1 against 52.6 us a
 forward). The plan knob ``one_launch`` keeps it searchable.
 
+The launch:
 
   grid ``min(max(H * cdiv(S, BLOCK_M) * B, cdiv(B*S, BLOCK_R)), multiprocessors)``
   persistent programs (1 under the interpreter, which runs programs one after another),
