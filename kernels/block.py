@@ -766,6 +766,21 @@ def _check_x(x: torch.Tensor) -> None:
         )
 
 
+def _output_buffer(out: torch.Tensor | None, x: torch.Tensor, reads_x: str) -> torch.Tensor:
+    """``out`` checked as the kernels' output for ``x`` (contiguous fp32 of x's shape, not
+    x's storage: ``reads_x`` says why), or a new one when None."""
+    if out is None:
+        return torch.empty_like(x)
+    if tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous():
+        raise ValueError(
+            f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
+            f"float32 {tuple(x.shape)}"
+        )
+    if out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+        raise ValueError(f"out shares storage with x; {reads_x}, pass another buffer")
+    return out
+
+
 def _check_key_lengths(key_lengths: torch.Tensor | None, batch: int) -> None:
     if key_lengths is None:
         return
@@ -865,17 +880,7 @@ def fused_layer(
     )
     if errors:
         raise ValueError("; ".join(errors))
-    if out is None:
-        out = torch.empty_like(x)
-    elif (
-        tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous()
-    ):
-        raise ValueError(
-            f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
-            f"float32 {tuple(x.shape)}"
-        )
-    elif out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
-        raise ValueError("out shares storage with x; kernel A reads all of x, pass another buffer")
+    out = _output_buffer(out, x, "kernel A reads all of x")
     tensors = {"x": x, "out": out, "weights": w.q_weight}
     if key_lengths is not None:
         tensors["key_lengths"] = key_lengths

@@ -109,6 +109,7 @@ from kernels.block import (
     _layernorm_rows,
     _mask_bytes,
     _online_softmax_step,
+    _output_buffer,
 )
 
 LAYERNORM_EPS = 1e-5
@@ -1888,17 +1889,7 @@ def layer_stack(
         raise ValueError("tiling.attn_post applies to variant='rows' only")
     if tiling.stage_residual and variant == "seq":
         raise ValueError("tiling.stage_residual applies to the post-rows kernel (heads, rows)")
-    if out is None:
-        out = torch.empty_like(x)
-    elif (
-        tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous()
-    ):
-        raise ValueError(
-            f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
-            f"float32 {tuple(x.shape)}"
-        )
-    elif out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
-        raise ValueError("out shares storage with x; x is never written, pass another buffer")
+    out = _output_buffer(out, x, "x is never written")
     tensors = {"x": x, "out": out, "weights": layers[0].q_weight}
     if mask_bytes is not None:
         tensors["key_mask"] = mask_bytes

@@ -44,7 +44,7 @@ import triton.language as tl
 from kernels import _triton
 from kernels._common import padded_dim
 from kernels._triton import check_launch_device, is_interpreted
-from kernels.block import _check_norm, _check_x, _mask_bytes
+from kernels.block import _check_norm, _check_x, _mask_bytes, _output_buffer
 from kernels.layer import (
     _DTYPES,
     LAYERNORM_EPS,
@@ -304,17 +304,7 @@ def stack_forward(
     if errors:
         raise ValueError("; ".join(errors))
     mask_bytes = None if key_mask is None else _mask_bytes(key_mask, batch, seq_len)
-    if out is None:
-        out = torch.empty_like(x)
-    elif (
-        tuple(out.shape) != tuple(x.shape) or out.dtype != torch.float32 or not out.is_contiguous()
-    ):
-        raise ValueError(
-            f"out has shape {tuple(out.shape)}, dtype {out.dtype}; expected contiguous "
-            f"float32 {tuple(x.shape)}"
-        )
-    elif out.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
-        raise ValueError("out shares storage with x; x is never written, pass another buffer")
+    out = _output_buffer(out, x, "x is never written")
     tensors = {"x": x, "out": out, "weights": stacked.qkv_weight}
     if mask_bytes is not None:
         tensors["key_mask"] = mask_bytes

@@ -16,21 +16,9 @@ from kernels.block import weights_from_model
 from kernels.layer import Tiling, layer_stack, prepare_layer_weights
 from kernels.registry import perturb_layernorms
 from kernels.stack import StackedLayers, stack_forward, stack_grid, stack_layers
+from tests.kernels.test_layer import _mask
 
 SMALL = Tiling(block_m=16, block_n=16, row_block=16, next_norm=True)
-
-
-def _mask(kind: str, b: int, s: int, gen: torch.Generator) -> torch.Tensor | None:
-    if kind == "none":
-        return None
-    if kind == "all-true":
-        return torch.ones(b, s, dtype=torch.bool)
-    if kind == "right-padded":  # one row in three keeps a single token
-        lengths = torch.tensor([s, 1, max(s - 5, 1)] * (b // 3 + 1))[:b]
-        return torch.arange(s)[None, :] < lengths[:, None]
-    holes = torch.rand(b, s, generator=gen) < 0.6
-    holes[:, 0] = True
-    return holes
 
 
 def _setup(shape, precision, mask_kind, causal, device):  # type: ignore[no-untyped-def]
