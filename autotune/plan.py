@@ -507,6 +507,18 @@ KNOBS: tuple[Knob, ...] = (
         needs={True: "fused_layer=heads with row_next_norm, no attn_gluon, row_gluon or pdl"},
         group="kernels",
     ),
+    Knob(
+        "weights_first",
+        False,
+        "fused_layer=heads (its Triton kernels): each heads attention and post rows program "
+        "loads its weight tiles (the head's q, k, v; Wo, W1 and W2 whole) before anything "
+        "else, with pdl before its wait for the previous kernel, so the loads overlap that "
+        "kernel's tail; the output projection and the FFN in one step each (the same "
+        "arithmetic as one step each; d_model and ffn_dim padded to <= 128)",
+        choices=(False, True),
+        needs={True: "fused_layer=heads; no attn_gluon, row_gluon, one_launch, row_ffn_block"},
+        group="kernels",
+    ),
 )
 
 KNOBS_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
@@ -576,6 +588,7 @@ class Plan:
     pdl: bool = False
     pdl_trigger: str = "start"
     one_launch: bool = False
+    weights_first: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

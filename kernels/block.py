@@ -300,6 +300,36 @@ def _layernorm_rows(x, w_ptr, b_ptr, offs_d, d_ok, d_model, eps):
 
 
 @triton.jit
+def _head_weight(
+    w_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """The ``W[col0:col0+hd, :]^T`` tile ``[BLOCK_D, BLOCK_HD]`` of one head, as an operand:
+    element (k, c) = W[col0 + c, k]."""
+    wt = tl.load(
+        w_ptr + (col0 + offs_c)[None, :] * d_model + offs_d[:, None],
+        mask=d_ok[:, None] & c_ok[None, :],
+        other=0.0,
+    )
+    return to_operand(wt, PRECISION, EMULATE_BF16_DOT)
+
+
+@triton.jit
+def _head_projection_of(
+    h_op, wt, b_ptr, col0, offs_c, c_ok,
+    BLOCK_ROWS: tl.constexpr, BLOCK_HD: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """``h @ wt + b[col0:col0+hd]`` -> fp32 [BLOCK_ROWS, BLOCK_HD] (``wt`` from
+    ``_head_weight``)."""
+    acc = dot(
+        h_op, wt, tl.zeros([BLOCK_ROWS, BLOCK_HD], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
+    )
+    bias = tl.load(b_ptr + col0 + offs_c, mask=c_ok, other=0.0)
+    return acc + bias[None, :]
+
+
+@triton.jit
 def _head_projection(
     h_op,
     w_ptr,
@@ -316,19 +346,10 @@ def _head_projection(
     EMULATE_BF16_DOT: tl.constexpr,
 ):
     """``h @ W[col0:col0+hd, :]^T + b[col0:col0+hd]`` -> fp32 [BLOCK_ROWS, BLOCK_HD]."""
-    cols = col0 + offs_c
-    # W^T tile [BLOCK_D, BLOCK_HD]: element (k, c) = W[col0 + c, k].
-    wt = tl.load(
-        w_ptr + cols[None, :] * d_model + offs_d[:, None],
-        mask=d_ok[:, None] & c_ok[None, :],
-        other=0.0,
+    wt = _head_weight(w_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model, PRECISION, EMULATE_BF16_DOT)
+    return _head_projection_of(
+        h_op, wt, b_ptr, col0, offs_c, c_ok, BLOCK_ROWS, BLOCK_HD, PRECISION, EMULATE_BF16_DOT
     )
-    wt = to_operand(wt, PRECISION, EMULATE_BF16_DOT)
-    acc = dot(
-        h_op, wt, tl.zeros([BLOCK_ROWS, BLOCK_HD], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
-    )
-    bias = tl.load(b_ptr + cols, mask=c_ok, other=0.0)
-    return acc + bias[None, :]
 
 
 @triton.jit
@@ -513,42 +534,85 @@ def _attention_half_kernel(
 
 
 @triton.jit
+def _ffn_weights(
+    w1_ptr, w2_ptr, offs_d, d_ok, offs_f, f_ok, d_model, ffn_dim,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """The FFN's operand tiles of columns ``offs_f``: ``W1^T`` [BLOCK_D, BLOCK_F], element
+    (k, j) = W1[j, k], and ``W2^T`` [BLOCK_F, BLOCK_D], element (j, n) = W2[n, j]."""
+    w1_t = tl.load(
+        w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
+        mask=d_ok[:, None] & f_ok[None, :],
+        other=0.0,
+    )
+    w2_t = tl.load(
+        w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
+        mask=f_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+    return to_operand(w1_t, PRECISION, EMULATE_BF16_DOT), to_operand(
+        w2_t, PRECISION, EMULATE_BF16_DOT
+    )
+
+
+@triton.jit
+def _ffn_hidden(
+    h, w1_t, b1_ptr, offs_f, f_ok,
+    BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr, GELU_POLY: tl.constexpr,
+):  # fmt: skip
+    """``GELU(h @ w1_t + b1[offs_f])`` as the second GEMM's operand: FFN columns ``offs_f``."""
+    a = dot(h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT)
+    a = a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :]
+    a = gelu_poly(a) if GELU_POLY else gelu_exact(a)
+    return to_operand(a, PRECISION, EMULATE_BF16_DOT)  # padded columns: GELU(0) = 0
+
+
+@triton.jit
 def _ffn_of_rows(
     x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
     PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr, GELU_POLY: tl.constexpr,
+    w1_pre=0, w2_pre=0, PRELOAD: tl.constexpr = False,
 ):  # fmt: skip
     """``GELU(LayerNorm2(x1) @ W1^T + b1) @ W2^T`` (no ``b2``) of an fp32 row tile, the FFN
     dim ``BLOCK_F`` columns at a time; fp32 [BLOCK_M, BLOCK_D], padded columns 0. The erf
-    GELU, or with ``GELU_POLY`` ``kernels._common.gelu_poly`` (within 2.6e-5 of it)."""
+    GELU, or with ``GELU_POLY`` ``kernels._common.gelu_poly`` (within 2.6e-5 of it). With
+    ``PRELOAD`` the weights are ``w1_pre``, ``w2_pre`` (``_ffn_weights`` of every column:
+    ``BLOCK_F >= ffn_dim``), loaded by the caller: one step, nothing loaded here but b1."""
     offs_f0 = tl.arange(0, BLOCK_F)
     h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)
     h = to_operand(h, PRECISION, EMULATE_BF16_DOT)
     f = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for f0 in range(0, ffn_dim, BLOCK_F):
-        offs_f = f0 + offs_f0
-        f_ok = offs_f < ffn_dim
-        # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
-        w1_t = tl.load(
-            w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
-            mask=d_ok[:, None] & f_ok[None, :],
-            other=0.0,
-        )
-        w1_t = to_operand(w1_t, PRECISION, EMULATE_BF16_DOT)
-        a = dot(
-            h, w1_t, tl.zeros([BLOCK_M, BLOCK_F], dtype=tl.float32), PRECISION, EMULATE_BF16_DOT
-        )
-        a = a + tl.load(b1_ptr + offs_f, mask=f_ok, other=0.0)[None, :]
-        a = gelu_poly(a) if GELU_POLY else gelu_exact(a)
-        a = to_operand(a, PRECISION, EMULATE_BF16_DOT)  # padded columns: GELU(0) = 0
-        # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
-        w2_t = tl.load(
-            w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
-            mask=f_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        w2_t = to_operand(w2_t, PRECISION, EMULATE_BF16_DOT)
-        f = dot(a, w2_t, f, PRECISION, EMULATE_BF16_DOT)
+    if PRELOAD:
+        a = _ffn_hidden(
+            h, w1_pre, b1_ptr, offs_f0, offs_f0 < ffn_dim, BLOCK_M, BLOCK_F, PRECISION,
+            EMULATE_BF16_DOT, GELU_POLY,
+        )  # fmt: skip
+        f = dot(a, w2_pre, f, PRECISION, EMULATE_BF16_DOT)
+    else:
+        for f0 in range(0, ffn_dim, BLOCK_F):
+            offs_f = f0 + offs_f0
+            f_ok = offs_f < ffn_dim
+            # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
+            w1_t = tl.load(
+                w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
+                mask=d_ok[:, None] & f_ok[None, :],
+                other=0.0,
+            )
+            w1_t = to_operand(w1_t, PRECISION, EMULATE_BF16_DOT)
+            a = _ffn_hidden(
+                h, w1_t, b1_ptr, offs_f, f_ok, BLOCK_M, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
+                GELU_POLY,
+            )  # fmt: skip
+            # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
+            w2_t = tl.load(
+                w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
+                mask=f_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+            w2_t = to_operand(w2_t, PRECISION, EMULATE_BF16_DOT)
+            f = dot(a, w2_t, f, PRECISION, EMULATE_BF16_DOT)
     return f
 
 

@@ -105,7 +105,10 @@ from kernels.block import (
     _check_norm,
     _check_x,
     _ffn_of_rows,
+    _ffn_weights,
     _head_projection,
+    _head_projection_of,
+    _head_weight,
     _layernorm_rows,
     _mask_bytes,
     _online_softmax_step,
@@ -121,6 +124,8 @@ MAX_D_MODEL = 256  # the row kernels hold whole rows of the residual stream
 # fp32 accumulator of the output projection, in registers.
 MAX_SEQ_SEQ_LEN = 128
 MAX_SEQ_D_MODEL = 128
+# weights_first: the post rows hold Wo, W1 and W2 whole in registers.
+MAX_WEIGHTS_FIRST = 128
 MIN_HEAD_DIM = 8
 MAX_HEADS_HEAD_DIM = 128
 ROW_PRECISIONS = ("ieee", "tf32", "tf32x3", "fp16", "bf16")
@@ -291,6 +296,12 @@ class Tiling:
     # launch between layers. The same arithmetic as the two launches a layer; one
     # ``max(num_warps, row_warps)`` and ``num_stages`` for both phases.
     one_launch: bool = False
+    # heads (the Triton kernels): each heads attention and post rows program loads its
+    # weight tiles (the head's q, k, v; Wo, W1, W2 whole: the output projection and the FFN
+    # in one step each) before anything else; with pdl before its wait for the previous
+    # kernel, so the loads overlap that kernel's tail. The same arithmetic as one step each
+    # (BLOCK_K = d_model, BLOCK_F = ffn_dim); padded d_model and ffn_dim <= 128 (registers).
+    weights_first: bool = False
 
     def __post_init__(self) -> None:
         if self.pdl_trigger != "start" and not self.pdl:
@@ -425,13 +436,18 @@ def _heads_attention_program(
     PREC_A: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr,
     NORMED: tl.constexpr,
+    PRELOAD: tl.constexpr = False,
+    USE_GDC: tl.constexpr = 0,
 ):
     """One (query block, head, sequence): LayerNorm1 and the head's projections of its
     query rows and, per key block, of the key rows; the online softmax; the head's context.
     With ``NORMED`` the LayerNorm1 rows come ready from ``normed`` (the previous layer's
     post rows wrote them: ``next_norm``) and ``x``, ``n1w``, ``n1b`` are not read.
     ``pid`` is the (query block, head) index, ``off_b`` the sequence (int64): the kernel's
-    grid, or a whole-forward program's work item (``kernels.stack``)."""
+    grid, or a whole-forward program's work item (``kernels.stack``). With ``PRELOAD`` the
+    head's q, k and v weight tiles are loaded first, then ``grid_dependency_enter(USE_GDC)``
+    (with pdl, the wait for the previous kernel, whose outputs the rest reads; without
+    ``PRELOAD`` the caller waits)."""
     head = pid // num_q_blocks
     # The last query blocks first: under causal masking they have the most key blocks.
     start_m = (num_q_blocks - 1 - pid % num_q_blocks) * BLOCK_M
@@ -446,6 +462,14 @@ def _heads_attention_program(
     d_ok = offs_d < d_model
     c_ok = offs_c < head_dim
     row_ok = offs_m < seq_len
+    if PRELOAD:  # nothing writes the weights: loaded while the previous kernel finishes
+        wq_t = _head_weight(wq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model, PREC_G,
+                            EMULATE_BF16_DOT)  # fmt: skip
+        wk_t = _head_weight(wk_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model, PREC_G,
+                            EMULATE_BF16_DOT)  # fmt: skip
+        wv_t = _head_weight(wv_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model, PREC_G,
+                            EMULATE_BF16_DOT)  # fmt: skip
+        grid_dependency_enter(USE_GDC)
 
     if NORMED:
         h_q = _operand_rows(normed_base, offs_m, row_ok, offs_d, d_ok, d_model, PREC_G,
@@ -455,10 +479,14 @@ def _heads_attention_program(
             x_base, offs_m, row_ok, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
             EMULATE_BF16_DOT,
         )  # fmt: skip
-    q = _head_projection(
-        h_q, wq_ptr, bq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
-        BLOCK_M, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
-    )  # fmt: skip
+    if PRELOAD:
+        q = _head_projection_of(h_q, wq_t, bq_ptr, col0, offs_c, c_ok, BLOCK_M, BLOCK_HD,
+                                PREC_G, EMULATE_BF16_DOT)  # fmt: skip
+    else:
+        q = _head_projection(
+            h_q, wq_ptr, bq_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+            BLOCK_M, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+        )  # fmt: skip
     q = to_operand(q, PREC_A, EMULATE_BF16_DOT)
 
     hi = seq_len
@@ -478,14 +506,20 @@ def _heads_attention_program(
                 x_base, offs_n, key_in, offs_d, d_ok, n1w_ptr, n1b_ptr, d_model, eps, PREC_G,
                 EMULATE_BF16_DOT,
             )  # fmt: skip
-        k = _head_projection(
-            h_k, wk_ptr, bk_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
-            BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
-        )  # fmt: skip
-        v = _head_projection(
-            h_k, wv_ptr, bv_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
-            BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
-        )  # fmt: skip
+        if PRELOAD:
+            k = _head_projection_of(h_k, wk_t, bk_ptr, col0, offs_c, c_ok, BLOCK_N, BLOCK_HD,
+                                    PREC_G, EMULATE_BF16_DOT)  # fmt: skip
+            v = _head_projection_of(h_k, wv_t, bv_ptr, col0, offs_c, c_ok, BLOCK_N, BLOCK_HD,
+                                    PREC_G, EMULATE_BF16_DOT)  # fmt: skip
+        else:
+            k = _head_projection(
+                h_k, wk_ptr, bk_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+                BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+            )  # fmt: skip
+            v = _head_projection(
+                h_k, wv_ptr, bv_ptr, col0, offs_d, d_ok, offs_c, c_ok, d_model,
+                BLOCK_N, BLOCK_HD, PREC_G, EMULATE_BF16_DOT,
+            )  # fmt: skip
         kt = to_operand(tl.trans(k), PREC_A, EMULATE_BF16_DOT)
         qk = dot(q, kt, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), PREC_A, EMULATE_BF16_DOT)
         qk = qk * qk_scale  # log2 domain: head_dim**-0.5 * log2(e), after the product
@@ -536,14 +570,17 @@ def _heads_attention_kernel(
     EMULATE_BF16_DOT: tl.constexpr,
     USE_GDC: tl.constexpr,
     NORMED: tl.constexpr,
+    PRELOAD: tl.constexpr,
 ):
-    """One (query block, head, sequence) a program: ``_heads_attention_program``."""
-    grid_dependency_enter(USE_GDC)
+    """One (query block, head, sequence) a program: ``_heads_attention_program`` (which
+    waits itself, after its weights' loads, with ``PRELOAD``)."""
+    if not PRELOAD:
+        grid_dependency_enter(USE_GDC)
     _heads_attention_program(
         tl.program_id(0), tl.program_id(1).to(tl.int64), x_ptr, ctx_ptr, key_mask_ptr,
         n1w_ptr, n1b_ptr, wq_ptr, bq_ptr, wk_ptr, bk_ptr, wv_ptr, bv_ptr, normed_ptr, seq_len,
         d_model, head_dim, num_q_blocks, qk_scale, eps, CAUSAL, HAS_KEY_MASK, BLOCK_M,
-        BLOCK_N, BLOCK_D, BLOCK_HD, PREC_G, PREC_A, EMULATE_BF16_DOT, NORMED,
+        BLOCK_N, BLOCK_D, BLOCK_HD, PREC_G, PREC_A, EMULATE_BF16_DOT, NORMED, PRELOAD, USE_GDC,
     )  # fmt: skip
     grid_dependency_exit(USE_GDC)
 
@@ -636,13 +673,16 @@ def _ffn_residual_rows(
     HAS_KEY_MASK: tl.constexpr, FINAL_NORM: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr,
     PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr, GELU_POLY: tl.constexpr,
+    w1_pre=0, w2_pre=0, PRELOAD: tl.constexpr = False,
 ):  # fmt: skip
     """A layer's second half on fp32 rows ``x1 = x + attention`` (padded columns 0):
     ``x1 + FFN(LayerNorm2(x1)) + b2``, rows with ``valid`` False zeroed (with a key mask),
-    and the final LayerNorm (padded rows zeroed again) when ``FINAL_NORM``."""
+    and the final LayerNorm (padded rows zeroed again) when ``FINAL_NORM``. ``PRELOAD``:
+    the FFN's weights given (``_ffn_of_rows``)."""
     f = _ffn_of_rows(
         x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim, eps,
-        BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT, GELU_POLY,
+        BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT, GELU_POLY, w1_pre, w2_pre,
+        PRELOAD,
     )  # fmt: skip
     return _residual_tail(
         x1, f, valid, b2_ptr, nfw_ptr, nfb_ptr, offs_d, d_ok, d_model, eps,
@@ -690,14 +730,14 @@ def _post_rows_tail(
     HAS_KEY_MASK: tl.constexpr, FINAL_NORM: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr, BLOCK_F: tl.constexpr, PRECISION: tl.constexpr,
     EMULATE_BF16_DOT: tl.constexpr, STAGE_RESIDUAL: tl.constexpr, GELU_POLY: tl.constexpr,
-    FOLD_RESIDUAL: tl.constexpr,
+    FOLD_RESIDUAL: tl.constexpr, w1_pre=0, w2_pre=0, PRELOAD: tl.constexpr = False,
 ):  # fmt: skip
     """What follows the output projection ``a`` (fp32 ``[BLOCK_R, BLOCK_D]``, no bias) of
     rows ``rows`` (token indices, int64): ``+ bo``, padded rows zeroed, ``+ x``; LayerNorm2,
     FFN, residual, padded rows zeroed, the final LayerNorm when ``FINAL_NORM``; stored to
     ``out`` (which may be ``x``: only these rows are read and written). With
     ``FOLD_RESIDUAL``, ``a`` is already ``x1`` (``_residual_start`` began the projection at
-    ``x + bo``)."""
+    ``x + bo``). ``PRELOAD``: the FFN's weights given (``_ffn_of_rows``)."""
     io_mask = row_ok[:, None] & d_ok[None, :]
     offsets = rows[:, None] * d_model + offs_d[None, :]
     valid = row_ok
@@ -720,7 +760,8 @@ def _post_rows_tail(
         tl.store(out_ptr + offsets, x1, mask=io_mask)
         f = _ffn_of_rows(
             x1, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, offs_d, d_ok, d_model, ffn_dim,
-            eps, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT, GELU_POLY,
+            eps, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT, GELU_POLY, w1_pre,
+            w2_pre, PRELOAD,
         )  # fmt: skip
         tl.debug_barrier()
         x1 = tl.load(out_ptr + offsets, mask=io_mask, other=0.0)
@@ -732,7 +773,8 @@ def _post_rows_tail(
         y = _ffn_residual_rows(
             x1, valid, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr,
             offs_d, d_ok, d_model, ffn_dim, eps, HAS_KEY_MASK, FINAL_NORM,
-            BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT, GELU_POLY,
+            BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT, GELU_POLY, w1_pre, w2_pre,
+            PRELOAD,
         )  # fmt: skip
     tl.store(out_ptr + offsets, y, mask=io_mask)
     return y
@@ -801,19 +843,41 @@ def _post_rows_program(
     BLOCK_N: tl.constexpr,
     FOLD_RESIDUAL: tl.constexpr,
     NEXT_NORM: tl.constexpr,
+    PRELOAD: tl.constexpr = False,
+    USE_GDC: tl.constexpr = 0,
 ):
     """The post-attention rows of one layer; with ``NEXT_QKV`` also the next layer's
     LayerNorm1 and QKV projections of the same rows into ``qkv`` (its weights in
     ``n1w_ptr`` .. ``bqkv_ptr``; unused placeholders otherwise); with ``NEXT_NORM`` the
     next layer's LayerNorm1 of the same rows into ``normed`` (``n1w_ptr``, ``n1b_ptr``).
     ``pid`` is the block of rows: the kernel's grid, or a whole-forward program's work item
-    (``kernels.stack``)."""
+    (``kernels.stack``). With ``PRELOAD`` (``BLOCK_K >= d_model``, ``BLOCK_F >=
+    ffn_dim``: one step each) the output projection's and the FFN's weight tiles are loaded
+    first, then ``grid_dependency_enter(USE_GDC)`` (with pdl, the wait for the previous
+    kernel, whose outputs the rest reads; without ``PRELOAD`` the caller waits)."""
     offs_m = pid * BLOCK_R + tl.arange(0, BLOCK_R)
     rows = offs_m.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     offs_k0 = tl.arange(0, BLOCK_K)
     d_ok = offs_d < d_model
     row_ok = offs_m < num_rows
+    w1_t = 0
+    w2_t = 0
+    if PRELOAD:  # nothing writes the weights: loaded while the previous kernel finishes
+        k_ok = offs_k0 < d_model
+        # Wo^T [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k].
+        wo_t = tl.load(
+            wo_ptr + offs_d[None, :] * d_model + offs_k0[:, None],
+            mask=k_ok[:, None] & d_ok[None, :],
+            other=0.0,
+        )
+        wo_t = to_operand(wo_t, PRECISION, EMULATE_BF16_DOT)
+        offs_f = tl.arange(0, BLOCK_F)
+        w1_t, w2_t = _ffn_weights(
+            w1_ptr, w2_ptr, offs_d, d_ok, offs_f, offs_f < ffn_dim, d_model, ffn_dim,
+            PRECISION, EMULATE_BF16_DOT,
+        )  # fmt: skip
+        grid_dependency_enter(USE_GDC)
 
     # Output projection of the attention context, BLOCK_K ctx columns at a time: onto
     # zeros, or with FOLD_RESIDUAL onto x + bo.
@@ -821,32 +885,40 @@ def _post_rows_program(
         a = _residual_start(x_ptr, bo_ptr, rows, row_ok, offs_d, d_ok, d_model)
     else:
         a = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
-    for k0 in range(0, d_model, BLOCK_K):
-        offs_k = k0 + offs_k0
-        k_ok = offs_k < d_model
+    if PRELOAD:
         c = tl.load(
-            ctx_ptr + rows[:, None] * d_model + offs_k[None, :],
+            ctx_ptr + rows[:, None] * d_model + offs_k0[None, :],
             mask=row_ok[:, None] & k_ok[None, :],
             other=0.0,
         ).to(tl.float32)
-        # Wo^T chunk [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k0 + k].
-        wo_t = tl.load(
-            wo_ptr + offs_d[None, :] * d_model + offs_k[:, None],
-            mask=k_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
-        a = dot(
-            to_operand(c, PRECISION, EMULATE_BF16_DOT),
-            to_operand(wo_t, PRECISION, EMULATE_BF16_DOT),
-            a,
-            PRECISION,
-            EMULATE_BF16_DOT,
-        )
+        a = dot(to_operand(c, PRECISION, EMULATE_BF16_DOT), wo_t, a, PRECISION, EMULATE_BF16_DOT)
+    else:
+        for k0 in range(0, d_model, BLOCK_K):
+            offs_k = k0 + offs_k0
+            k_ok = offs_k < d_model
+            c = tl.load(
+                ctx_ptr + rows[:, None] * d_model + offs_k[None, :],
+                mask=row_ok[:, None] & k_ok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            # Wo^T chunk [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k0 + k].
+            wo_t = tl.load(
+                wo_ptr + offs_d[None, :] * d_model + offs_k[:, None],
+                mask=k_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+            a = dot(
+                to_operand(c, PRECISION, EMULATE_BF16_DOT),
+                to_operand(wo_t, PRECISION, EMULATE_BF16_DOT),
+                a,
+                PRECISION,
+                EMULATE_BF16_DOT,
+            )
     y = _post_rows_tail(
         a, x_ptr, out_ptr, key_mask_ptr, bo_ptr, n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr,
         b2_ptr, nfw_ptr, nfb_ptr, rows, row_ok, offs_d, d_ok, d_model, ffn_dim, eps,
         HAS_KEY_MASK, FINAL_NORM, BLOCK_R, BLOCK_D, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
-        STAGE_RESIDUAL, GELU_POLY, FOLD_RESIDUAL,
+        STAGE_RESIDUAL, GELU_POLY, FOLD_RESIDUAL, w1_t, w2_t, PRELOAD,
     )  # fmt: skip
     if NEXT_QKV:
         _qkv_of_rows(
@@ -901,17 +973,20 @@ def _post_rows_kernel(
     USE_GDC: tl.constexpr,
     FOLD_RESIDUAL: tl.constexpr,
     NEXT_NORM: tl.constexpr,
+    PRELOAD: tl.constexpr,
 ):
     """The post-attention rows of one layer, a block of ``BLOCK_R`` rows a program:
-    ``_post_rows_program``."""
-    grid_dependency_enter(USE_GDC)
+    ``_post_rows_program`` (which waits itself, after its weights' loads, with
+    ``PRELOAD``)."""
+    if not PRELOAD:
+        grid_dependency_enter(USE_GDC)
     _post_rows_program(
         tl.program_id(0), x_ptr, ctx_ptr, out_ptr, key_mask_ptr, wo_ptr, bo_ptr,
         n2w_ptr, n2b_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, nfw_ptr, nfb_ptr, qkv_ptr,
         n1w_ptr, n1b_ptr, wqkv_ptr, bqkv_ptr, normed_ptr, num_rows, d_model, ffn_dim,
         eps, HAS_KEY_MASK, FINAL_NORM, BLOCK_R, BLOCK_D, BLOCK_K, BLOCK_F, PRECISION,
         EMULATE_BF16_DOT, STAGE_RESIDUAL, GELU_POLY, NEXT_QKV, BLOCK_N, FOLD_RESIDUAL,
-        NEXT_NORM,
+        NEXT_NORM, PRELOAD, USE_GDC,
     )  # fmt: skip
     grid_dependency_exit(USE_GDC)
 
@@ -1170,6 +1245,8 @@ def estimate_shared_memory_bytes(
     # The FFN's rows: a row-kernel program's row_block, or seq's query block.
     bd, br = padded_dim(d_model), tiling.block_m if variant == "seq" else tiling.row_block
     bk, bf = k_chunk(d_model), ffn_chunk(d_model, ffn_dim, tiling.ffn_block)
+    if tiling.weights_first:  # one step each
+        bk, bf = bd, padded_dim(ffn_dim)
     post = g * max(br * bk + bk * bd, br * bd + bd * bf + br * bf + bf * bd)
     if variant == "rows":
         qkv = g * (br * bd + bd * min(bd, 64))
@@ -1327,6 +1404,26 @@ def _config_errors(
             f"writes the next layer's qkv (got variant={variant!r}, "
             f"attn_post={tiling.attn_post})"
         )
+    if tiling.weights_first:
+        reasons += [
+            f"weights_first {what}"
+            for what, wrong in (
+                (f"loads the heads variant's weights (variant={variant!r})", variant != "heads"),
+                ("is for the Triton post rows, not gluon_post", tiling.gluon_post),
+                ("is for the Triton heads attention, not gluon_heads", tiling.gluon_heads),
+                ("is for the two launches a layer, not one_launch", tiling.one_launch),
+                (
+                    f"holds Wo, W1 and W2 whole: padded d_model and ffn_dim <= "
+                    f"{MAX_WEIGHTS_FIRST} (got {d_model} and {ffn_dim})",
+                    max(padded_dim(d_model), padded_dim(ffn_dim)) > MAX_WEIGHTS_FIRST,
+                ),
+                (
+                    f"runs the FFN in one step: leave ffn_block 0 (got {tiling.ffn_block})",
+                    tiling.ffn_block,
+                ),
+            )
+            if wrong
+        ]
     if tiling.one_launch:
         reasons += [
             f"one_launch runs {what}"
@@ -1660,6 +1757,7 @@ def _launch_layer(
             EMULATE_BF16_DOT=emulate,
             USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
             NORMED=normed_ready,
+            PRELOAD=tiling.weights_first,
             num_warps=tiling.num_warps,
             num_stages=tiling.num_stages,
             **pdl_launch(tiling.pdl),
@@ -1746,8 +1844,13 @@ def _launch_layer(
         FINAL_NORM=final_norm is not None,
         BLOCK_R=tiling.row_block,
         BLOCK_D=block_d,
-        BLOCK_K=k_chunk(d_model),
-        BLOCK_F=ffn_chunk(d_model, w.ffn_dim, tiling.ffn_block),
+        # weights_first: the output projection and the FFN in one step each.
+        BLOCK_K=block_d if tiling.weights_first else k_chunk(d_model),
+        BLOCK_F=(
+            padded_dim(w.ffn_dim)
+            if tiling.weights_first
+            else ffn_chunk(d_model, w.ffn_dim, tiling.ffn_block)
+        ),
         PRECISION=gemm_precision,
         EMULATE_BF16_DOT=emulate,
         STAGE_RESIDUAL=tiling.stage_residual,
@@ -1757,6 +1860,7 @@ def _launch_layer(
         USE_GDC=gdc_mode(tiling.pdl, tiling.pdl_trigger),
         FOLD_RESIDUAL=tiling.fold_residual,
         NEXT_NORM=next_w is not None and chain_norm,
+        PRELOAD=tiling.weights_first,
         num_warps=tiling.row_warps,
         **maxnreg_launch(tiling.row_maxnreg),
         **pdl_launch(tiling.pdl),

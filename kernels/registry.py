@@ -484,11 +484,14 @@ def _run_layer(
     on sm_90 only), at ``GLUON_LAYER_SHAPE``; "gheads" (after everything): the Gluon heads
     attention (``kernels.gluon_heads``, 2 heads a program, 4 warps; compiled on sm_90 only),
     at that shape too; "gheads8": 8 heads of 8 (in pairs), 4 a program; "one" (after
-    everything, heads with "chain"): the whole stack in one launch (``kernels.stack``)."""
+    everything, heads with "chain"): the whole stack in one launch (``kernels.stack``); "wf"
+    (after everything, heads): ``weights_first``, each program's weight tiles loaded first."""
     from kernels.block import weights_from_model
     from kernels.layer import Tiling, layer_stack, prepare_layer_weights
     from kernels.stack import stack_forward, stack_layers
 
+    weights_first = padding.endswith("wf")
+    padding = padding.removesuffix("wf").removesuffix("-")
     one_launch = padding.endswith("one")
     padding = padding.removesuffix("one").removesuffix("-")
     pairs = padding.endswith("gheads8")  # 8 heads of 8: the kernel's pairs of heads
@@ -576,6 +579,7 @@ def _run_layer(
                 gelu_poly=gelu_poly,
                 fold_residual=fold_residual,
                 one_launch=one_launch,
+                weights_first=weights_first,
             ),
             gemm_precision=precision,
             attn_precision=precision,
@@ -737,6 +741,10 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
         ("heads", "fp16", "masked-chain-one", True),
         ("heads", "ieee", "padded-staged-chain-gelu-fold-one", True),
         ("heads", "fp16", "chain-one", False),
+        # each program's weight tiles loaded first (session 36)
+        ("heads", "fp16", "masked-chain-fold-wf", True),
+        ("heads", "ieee", "padded-staged-gelu-wf", True),
+        ("heads", "fp16", "wf", False),
     )
     if _compiled_on_hopper():  # programmatic dependent launch: compiled, sm_90+ only
         layer_cases += (
@@ -757,6 +765,8 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             ("heads", "fp16", "padded-chain-gluon-gheads", True),
             ("heads", "fp16", "gheads", False),
             ("heads", "fp16", "masked-chain-gluon-gheads8", True),
+            ("heads", "fp16", "padded-chain-pdl-wf", True),
+            ("heads", "fp16", "masked-chain-pdlend-gelu-fold-wf", True),
         )
     for variant, precision, padding, causal in layer_cases if reference else ():
         dims = "D40-H5"

@@ -224,6 +224,10 @@ SPACE = {
             "values": [False, True],
             "when": {"fused_layer": ["heads"], "row_next_norm": [True]},
         },
+        # The heads kernels' weight tiles loaded before anything else, with pdl before the
+        # wait for the previous kernel (session 36): the loads overlap its tail, and the
+        # output projection and FFN run in one step each. No device measurement yet.
+        {"name": "weights_first", "values": [False, True], "when": {"fused_layer": ["heads"]}},
         # The post rows kernel in Gluon (session 28, kernels/gluon_rows.py): persistent, its
         # weights resident in shared memory, one wgmma a GEMM. Built without a device;
         # compiled offline (Triton 3.6: 253 registers, 112 KiB at 4 warps on case 6's

@@ -117,6 +117,11 @@ class NoFusedLayer(FusedLayerFamily):
                 "one_launch=True runs the kernels of fused_layer=heads (with row_next_norm) "
                 "in one launch; got fused_layer=none"
             )
+        if plan.weights_first:
+            reasons.append(
+                "weights_first=True loads the weights early in the kernels of "
+                "fused_layer=heads; got fused_layer=none"
+            )
         return reasons + _trigger_reasons(plan)
 
 
@@ -159,6 +164,7 @@ def tiling(plan: Any) -> Any:
         # pdl_trigger without pdl is refused by the support rules (_trigger_reasons).
         pdl_trigger=plan.pdl_trigger if plan.pdl else "start",
         one_launch=plan.one_launch,
+        weights_first=plan.weights_first,
     )
 
 

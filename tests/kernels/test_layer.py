@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from autotune.core.reference import ReferenceTransformer, TransformerConfig
-from kernels._common import GELU_POLY_MAX_ERR, gelu_exact, gelu_poly
+from kernels._common import GELU_POLY_MAX_ERR, gelu_exact, gelu_poly, padded_dim
 from kernels._tolerance import PROJECT_RULE, compare
 from kernels.block import weights_from_model
 from kernels.layer import (
@@ -544,6 +544,60 @@ def test_programmatic_dependent_launch_changes_when_not_what(
         with pytest.raises(ValueError, match="pdl applies to variants 'heads' and 'rows'"):
             run_stack(**dict(kwargs, variant=other), device=device,
                       tiling=dataclasses.replace(pdl, **tiles))  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("precision", "mask_kind", "causal", "extra", "shape"),
+    [
+        ("fp16", "right-padded", True, {"next_norm": True, "fold_residual": True},
+         (3, 37, 40, 5, 72, 3)),
+        ("ieee", "holes", True, {"stage_residual": True}, (2, 37, 40, 5, 72, 2)),
+        ("fp16", "none", False, {"next_norm": True, "gelu_poly": True}, (2, 20, 64, 4, 128, 2)),
+    ],
+)  # fmt: skip
+def test_weights_first_loads_earlier_and_computes_the_same(
+    precision, mask_kind, causal, extra, shape, device
+) -> None:
+    """weights_first: the heads attention and post rows programs load their weight tiles
+    before anything else (with pdl before their wait), the output projection and the FFN
+    in one step each: bit for bit the plain kernels with the same steps (d_model <= 64: one
+    output-projection step either way; ffn_block the padded FFN) under the interpreter, the
+    rule on a GPU, where pdl with it is bit for bit the same."""
+    kwargs = dict(variant="heads", precision=precision, mask_kind=mask_kind, causal=causal)
+    ffn = padded_dim(shape[4])
+    common = dict(block_m=16, block_n=16, row_block=16, **extra)
+    plain, reference, _ = run_stack(
+        **kwargs, shape=shape, tiling=Tiling(**common, ffn_block=ffn), device=device
+    )
+    first = Tiling(**common, weights_first=True)
+    loaded, _, x_change = run_stack(**kwargs, shape=shape, tiling=first, device=device)
+    assert compare(loaded, reference, PROJECT_RULE).passed
+    assert torch.count_nonzero(x_change) == 0
+    if device == "cpu":
+        assert torch.equal(loaded, plain)
+    else:
+        assert compare(loaded, plain, PROJECT_RULE).passed
+        if torch.cuda.get_device_capability() >= (9, 0):
+            for trigger in ("start", "end"):
+                tiling = dataclasses.replace(first, pdl=True, pdl_trigger=trigger)
+                launched, _, _ = run_stack(**kwargs, shape=shape, tiling=tiling, device=device)
+                assert torch.equal(launched, loaded), trigger
+
+
+def test_weights_first_refusals(device: str) -> None:
+    """weights_first holds whole weight tiles: heads only, the Triton kernels, two launches
+    a layer, padded d_model and ffn_dim <= 128, no ffn_block."""
+    kwargs = dict(variant="heads", precision="fp16", mask_kind="none", causal=True)
+    common = dict(block_m=16, block_n=16, row_block=16, weights_first=True)
+    refusals = [
+        ({"variant": "rows"}, {}, (3, 37, 40, 5, 72, 1), "weights_first loads the heads"),
+        ({}, {"ffn_block": 32}, (3, 37, 40, 5, 72, 1), "leave ffn_block 0"),
+        ({}, {}, (1, 8, 40, 5, 200, 1), r"padded d_model and ffn_dim <= 128 \(got 40 and 200\)"),
+    ]
+    for over, tiles, shape, match in refusals:
+        with pytest.raises(ValueError, match=match):
+            run_stack(**dict(kwargs, **over), shape=shape, tiling=Tiling(**common, **tiles),
+                      device=device)  # fmt: skip
 
 
 def test_row_maxnreg_caps_only_and_keeps_the_arithmetic(device: str) -> None:

@@ -640,6 +640,75 @@ def test_gluon_kernels_copy_their_weights_before_the_grid_dependency_wait(mode: 
             assert stores and launch > max(stores), name
 
 
+# Compiles case 2's Triton heads kernels offline with weights_first and pdl and prints, per
+# compiled kernel, the order of its global loads, stores and grid dependency instructions.
+_WEIGHTS_FIRST_ORDER = r"""
+import json, sys, torch, triton
+from autotune.core.reference import ReferenceTransformer, TransformerConfig
+from kernels.block import weights_from_model
+from kernels.layer import Tiling, layer_stack, prepare_layer_weights
+from kernels.sass import offline_launches
+ptx = {}
+compile_ = triton.compile
+def spy(*args, **kwargs):
+    compiled = compile_(*args, **kwargs)
+    ptx[f"{compiled.metadata.name}:{len(ptx)}"] = compiled.asm["ptx"]
+    return compiled
+triton.compile = spy
+B, S, D, H, F, L = 1, 128, 128, 4, 128, 2
+model = ReferenceTransformer(TransformerConfig(B, S, D, H, F, L, True)).eval()
+layers, final = weights_from_model(model)
+tiling = Tiling(block_m=32, block_n=128, num_stages=1, row_block=16, row_warps=8,
+    fold_residual=True, next_norm=True, gelu_poly=True, pdl=True, pdl_trigger=sys.argv[1],
+    weights_first=True)
+with offline_launches(90), torch.inference_mode():
+    layer_stack(torch.zeros(B, S, D), [prepare_layer_weights(w, "fp16") for w in layers], final,
+        num_heads=H, causal=True, key_mask=None, variant="heads", tiling=tiling,
+        gemm_precision="fp16", attn_precision="fp16")
+keep = ("griddepcontrol", "st.global", "ld.global")
+out = {}
+for name, text in ptx.items():
+    ops = []
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if words and words[0].startswith(keep):
+            ops.append(words[0].rstrip(";"))
+    out[name] = ops
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("trigger", ["start", "end"])
+def test_weights_first_loads_the_weights_before_the_grid_dependency_wait(trigger: str) -> None:
+    """weights_first with pdl: case 2's Triton heads attention and post rows kernels load
+    their weight tiles (nothing writes them) before ``griddepcontrol.wait`` and every
+    activation after it; read from the PTX Triton compiles for sm_90. Per thread, 16-byte
+    loads: the head's q, k, v tiles (3 x 128 x 32 fp16) over 128 threads, 12; Wo, W1 and W2
+    (3 x 128 x 128 fp16) over 256, 24. The next kernel is let go right after the wait
+    (``start``) or after the last store (``end``)."""
+    _needs_compiler()
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", _WEIGHTS_FIRST_ORDER, trigger],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    ops = json.loads(done.stdout.splitlines()[-1])
+    weights = {"_heads_attention_kernel": 12, "_post_rows_kernel": 24}
+    assert sorted(name.split(":")[0] for name in ops) == sorted(2 * list(weights))
+    for name, seq in ops.items():
+        assert seq.count("griddepcontrol.wait") == 1, name
+        assert seq.count("griddepcontrol.launch_dependents") == 1, name
+        wait = seq.index("griddepcontrol.wait")
+        assert seq[:wait] == ["ld.global.v4.b32"] * weights[name.split(":")[0]], name
+        launch = seq.index("griddepcontrol.launch_dependents")
+        stores = [i for i, op in enumerate(seq) if op.startswith("st.global")]
+        assert stores and min(stores) > wait, name
+        assert launch == wait + 1 if trigger == "start" else launch > max(stores), name
+
+
 def test_the_plans_one_launch_is_one_kernel_of_16_programs_at_case_2(tmp_path: Path) -> None:
     """one_launch: case 2's whole forward one launch of 16 programs (4 heads x 4 query
     blocks, one a multiprocessor) at max(attn_warps, row_warps) = 8 warps, where the two
