@@ -1404,6 +1404,16 @@ def _config_errors(
             f"writes the next layer's qkv (got variant={variant!r}, "
             f"attn_post={tiling.attn_post})"
         )
+    one_stage_64 = tiling.num_stages == 1 and tiling.block_m >= 64
+    if variant == "heads" and not tiling.gluon_heads and one_stage_64:
+        # Measured on the H200 (session 36, Triton 3.6, docs/logs/s36/s36_bm64_probe.log): the
+        # compiled heads attention at case 2's shape faults (an illegal memory access) with
+        # one stage and 64 query rows (64 or 128 keys, 4 or 8 warps); 2 stages, or 32 rows
+        # at one stage, pass. Not yet explained: refused until it is.
+        reasons.append(
+            "the heads attention faults compiled with attn_stages=1 and attn_block_m >= 64 "
+            f"(got attn_block_m={tiling.block_m}): use attn_stages >= 2 or attn_block_m <= 32"
+        )
     if tiling.weights_first:
         reasons += [
             f"weights_first {what}"

@@ -600,6 +600,22 @@ def test_weights_first_refusals(device: str) -> None:
                       device=device)  # fmt: skip
 
 
+def test_heads_one_stage_at_64_query_rows_is_refused(device: str) -> None:
+    """Compiled, the heads attention faulted with one stage and 64 query rows (H200, Triton
+    3.6, session 36); the rule refuses it everywhere, and 32 rows or 2 stages still run."""
+    kwargs = dict(variant="heads", precision="fp16", mask_kind="none", causal=True)
+    shape = (1, 20, 40, 5, 72, 1)
+    for block_m in (64, 128):
+        with pytest.raises(ValueError, match="attn_stages=1 and attn_block_m >= 64"):
+            run_stack(**kwargs, shape=shape, tiling=Tiling(block_m=block_m, num_stages=1),
+                      device=device)  # fmt: skip
+    for block_m, stages in ((32, 1), (64, 2)):
+        out, reference, _ = run_stack(
+            **kwargs, shape=shape, tiling=Tiling(block_m=block_m, num_stages=stages), device=device
+        )
+        assert compare(out, reference, PROJECT_RULE).passed
+
+
 def test_row_maxnreg_caps_only_and_keeps_the_arithmetic(device: str) -> None:
     """A register cap on the row kernels changes no value: under the interpreter it is
     ignored, compiled it only moves values to local memory (bit for bit either way)."""
