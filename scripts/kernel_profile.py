@@ -29,6 +29,7 @@ from autotune.core.cases import get_case
 from autotune.core.device import detect_device
 from autotune.core.reference import build_reference, generate_random_case, official_settings
 from autotune.plan import parse_plan
+from autotune.tools.bench import busy_us
 from autotune.tools.floors import CEILINGS, floor_of
 
 
@@ -97,19 +98,22 @@ def main() -> None:
             continue
         times: dict[str, float] = defaultdict(float)
         counts: dict[str, int] = defaultdict(int)
-        for event in prof.events():
-            if event.device_type == torch.autograd.DeviceType.CUDA:
-                times[event.name] += event.device_time / args.forwards
-                counts[event.name] += 1
+        device_events = [
+            e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+        ]
+        for event in device_events:
+            times[event.name] += event.device_time / args.forwards
+            counts[event.name] += 1
         total = sum(times.values())
+        busy = busy_us(device_events) / args.forwards
         launches = sum(counts.values()) / args.forwards
         floor_us = floor.floor_us * share
         batch = f" (first {x.shape[0]} sequences)" if args.batch else ""
         options = "".join(f" [{k}={v}]" for k, v in overrides.items())
         print(f"== case {args.case}{batch}: {plan.describe()}{options}")
         print(
-            f"   device {total:.1f} us/forward in {launches:.0f} kernels; floor "
-            f"{floor_us:.1f} us ({total / floor_us:.1f}x)"
+            f"   device {total:.1f} us/forward in {launches:.0f} kernels, busy {busy:.1f} us "
+            f"(overlapping kernels once: pdl); floor {floor_us:.1f} us ({busy / floor_us:.1f}x)"
         )
         for name, t in sorted(times.items(), key=lambda kv: -kv[1])[:12]:
             print(f"   {t:9.1f} us  {counts[name] / args.forwards:4.0f}x  {name[:90]}")

@@ -1,6 +1,7 @@
 """Session 36: the heads kernel at case 2's shape with attn_block_m=64, attn_block_n=128
 (an illegal memory access on the H200): which settings fault. One configuration a process:
 python3 scripts/s36_bm64_probe.py BLOCK_M BLOCK_N STAGES WARPS WEIGHTS_FIRST."""
+
 import sys
 
 import torch
@@ -18,11 +19,30 @@ x = torch.randn(1, 128, 128)
 with torch.inference_mode():
     ref = model(x, None)
     layers, final = weights_from_model(model.cuda())
-    t = Tiling(block_m=bm, block_n=bn, num_stages=st, num_warps=nw, row_block=16, row_warps=8,
-               next_norm=True, fold_residual=True, gelu_poly=True, weights_first=bool(wf))
-    out = layer_stack(x.cuda(), [prepare_layer_weights(w, "fp16") for w in layers], final,
-                      num_heads=4, causal=True, key_mask=None, variant="heads", tiling=t,
-                      gemm_precision="fp16", attn_precision="fp16")
+    t = Tiling(
+        block_m=bm,
+        block_n=bn,
+        num_stages=st,
+        num_warps=nw,
+        row_block=16,
+        row_warps=8,
+        next_norm=True,
+        fold_residual=True,
+        gelu_poly=True,
+        weights_first=bool(wf),
+    )
+    out = layer_stack(
+        x.cuda(),
+        [prepare_layer_weights(w, "fp16") for w in layers],
+        final,
+        num_heads=4,
+        causal=True,
+        key_mask=None,
+        variant="heads",
+        tiling=t,
+        gemm_precision="fp16",
+        attn_precision="fp16",
+    )
     torch.cuda.synchronize()
     r = compare(out.cpu(), ref, PROJECT_RULE)
 print(sys.argv[1:6], "pass" if r.passed else "FAIL", r)

@@ -636,3 +636,20 @@ def test_export_in_process_selects_the_same_cases(pipeline, tmp_path, capsys) ->
     assert cli(f"export --gpu cpu --storage {db} --out {out!s} --in-process --cases smoke-3") == 0
     assert "case smoke-3:" in capsys.readouterr().out
     assert [e["case"] for e in load_table(out).entries.values()] == ["smoke-3"]
+
+
+def test_busy_us_counts_overlapping_kernels_once() -> None:
+    """The hot path's device time is the union of the kernels' spans: kernels that overlap
+    (pdl: the next kernel's programs wait while the one before runs) count once, disjoint
+    ones add, gaps between them count nothing."""
+    from types import SimpleNamespace
+
+    from autotune.tools.bench import busy_us
+
+    def ev(start: float, end: float) -> SimpleNamespace:
+        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end))
+
+    assert busy_us([]) == 0.0
+    assert busy_us([ev(0, 5), ev(10, 12)]) == 7.0  # apart: 5 + 2, the gap not counted
+    assert busy_us([ev(4, 9), ev(0, 6)]) == 9.0  # overlapping, in any order: 0..9
+    assert busy_us([ev(0, 10), ev(2, 3), ev(10, 11)]) == 11.0  # inside one; touching
