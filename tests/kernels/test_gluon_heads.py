@@ -325,7 +325,7 @@ def test_the_debug_scripts_references_agree_with_the_triton_heads_kernel(
             s, d, hd, triton.cdiv(s, 16), hd**-0.5 * 1.4426950408889634, eps,
             CAUSAL=causal, HAS_KEY_MASK=mask is not None, BLOCK_M=16, BLOCK_N=16, BLOCK_D=d,
             BLOCK_HD=hd, PREC_G="fp16", PREC_A="fp16", EMULATE_BF16_DOT=True,
-            USE_GDC=gdc_mode(False, "start"), NORMED=normed is not None,
+            USE_GDC=gdc_mode(False, "start"), NORMED=normed is not None, PRELOAD=False,
         )  # fmt: skip
 
     monkeypatch.setattr(script, "launch_heads_attention_gluon", stand_in)

@@ -243,7 +243,7 @@ def test_the_debug_scripts_references_agree_with_the_triton_post_rows(
             BLOCK_D=d, BLOCK_K=min(d, 32), BLOCK_F=min(d, 32), PRECISION="fp16",
             EMULATE_BF16_DOT=True, STAGE_RESIDUAL=False, GELU_POLY=kw["gelu_poly"],
             NEXT_QKV=kw["next_qkv"], BLOCK_N=min(d, 64), USE_GDC=gdc_mode(False, "start"),
-            FOLD_RESIDUAL=False, NEXT_NORM=kw["next_norm"],
+            FOLD_RESIDUAL=False, NEXT_NORM=kw["next_norm"], PRELOAD=False,
         )  # fmt: skip
 
     def qkv_stand_in(x, qkv, qkv_w, rows, d, eps, **kw):  # type: ignore[no-untyped-def]
