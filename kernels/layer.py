@@ -124,7 +124,8 @@ MAX_D_MODEL = 256  # the row kernels hold whole rows of the residual stream
 # fp32 accumulator of the output projection, in registers.
 MAX_SEQ_SEQ_LEN = 128
 MAX_SEQ_D_MODEL = 128
-# weights_first: the post rows hold Wo, W1 and W2 whole in registers.
+# weights_first: the post rows hold Wo, W1 and W2 whole (Triton 3.6 keeps them in shared
+# memory: 96 KiB at 128).
 MAX_WEIGHTS_FIRST = 128
 MIN_HEAD_DIM = 8
 MAX_HEADS_HEAD_DIM = 128
@@ -300,7 +301,7 @@ class Tiling:
     # weight tiles (the head's q, k, v; Wo, W1, W2 whole: the output projection and the FFN
     # in one step each) before anything else; with pdl before its wait for the previous
     # kernel, so the loads overlap that kernel's tail. The same arithmetic as one step each
-    # (BLOCK_K = d_model, BLOCK_F = ffn_dim); padded d_model and ffn_dim <= 128 (registers).
+    # (BLOCK_K = d_model, BLOCK_F = ffn_dim); padded d_model and ffn_dim <= 128.
     weights_first: bool = False
 
     def __post_init__(self) -> None:
@@ -1245,9 +1246,10 @@ def estimate_shared_memory_bytes(
     # The FFN's rows: a row-kernel program's row_block, or seq's query block.
     bd, br = padded_dim(d_model), tiling.block_m if variant == "seq" else tiling.row_block
     bk, bf = k_chunk(d_model), ffn_chunk(d_model, ffn_dim, tiling.ffn_block)
-    if tiling.weights_first:  # one step each
-        bk, bf = bd, padded_dim(ffn_dim)
     post = g * max(br * bk + bk * bd, br * bd + bd * bf + br * bf + bf * bd)
+    if tiling.weights_first:  # one step each, the three weight tiles held from the start
+        bf = padded_dim(ffn_dim)
+        post = g * (bd * bd + 2 * bd * bf + br * bd + br * bf)
     if variant == "rows":
         qkv = g * (br * bd + bd * min(bd, 64))
         if not tiling.attn_post:
