@@ -74,21 +74,51 @@ def fault_for_trial(number: int | None, spec: str | None = None) -> str:
     """The fault the test hook asks for on this trial ("" for none).
 
     ``AUTOTUNE_INJECT_FAULT`` is a comma list of ``kind`` (every trial) or ``kind@N``
-    (trial number N only); kinds: crash, hang, wrong, raise. Tests only.
+    (trial number N only); kinds: crash, hang, wrong, raise, device (a sticky device fault:
+    this plan and every later one in the process raise, as after a CUDA illegal memory
+    access). Tests only.
     """
     spec = os.environ.get(FAULT_ENV, "") if spec is None else spec
     for part in filter(None, (p.strip() for p in spec.split(","))):
         kind, _, at = part.partition("@")
-        if kind not in ("crash", "hang", "wrong", "raise"):
-            raise ValueError(f"{FAULT_ENV}: unknown fault {kind!r}; use crash, hang, wrong, raise")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"{FAULT_ENV}: unknown fault {kind!r}; use {', '.join(FAULT_KINDS)}")
         if not at or (number is not None and at.isdigit() and int(at) == number):
             return kind
     return ""
 
 
+FAULT_KINDS = ("crash", "hang", "wrong", "raise", "device")
+_sticky_fault = False  # the "device" fault hit this process: every later plan raises too
+
+
+class DeviceBroken(RuntimeError):
+    """This process's device faulted in an earlier plan (a sticky CUDA error): it can
+    evaluate nothing more."""
+
+
+def device_broken() -> bool:
+    """Whether this process's device can no longer run anything: a CUDA device-side fault
+    (an illegal memory access) is sticky, and every later call in the process raises (and
+    so does the test hook's "device" fault)."""
+    if _sticky_fault:
+        return True
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return False
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError:  # torch.AcceleratorError is one
+        return True
+    return False
+
+
 def _inject_fault(
     model: Callable[[Tensor, Tensor], Tensor], fault: str
 ) -> Callable[[Tensor, Tensor], Tensor]:
+    global _sticky_fault
+    if fault == "device" or _sticky_fault:
+        _sticky_fault = True
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (injected)")
     if fault == "crash":
         os.abort()
     if fault == "hang":

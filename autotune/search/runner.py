@@ -1,11 +1,13 @@
 """Isolated trials: a child process per case that evaluates one plan per request.
 
 A *trial runner* owns the device, holds the case's reference outputs, and evaluates one
-plan per request. A segfault, a CUDA device-side fault, an abort or a hang past the
-trial's time limit ends only the runner: the trial is recorded as ``crashed`` or
-``timeout`` (its constraint set, so samplers steer away), a fresh runner replaces it, and
-the study goes on. ``make_evaluator`` gives a study its evaluation function: through a
-runner, or in the calling process.
+plan per request. A segfault, an abort or a hang past the trial's time limit ends only the
+runner: the trial is recorded as ``crashed`` or ``timeout`` (its constraint set, so
+samplers steer away), a fresh runner replaces it, and the study goes on. A CUDA
+device-side fault (an illegal memory access) raises instead, and is sticky: the trial is
+recorded as ``runtime_error``, and the runner, whose device can run nothing more, exits
+after its answer and is replaced before the next plan. ``make_evaluator`` gives a study its
+evaluation function: through a runner, or in the calling process.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def _runner_main(conn: Connection, setup: dict[str, Any]) -> None:
     for key, value in setup.get("env", {}).items():
         os.environ[key] = value
     from autotune.core.cases import Case
-    from autotune.evaluate import FAULT_ENV, evaluate_plan
+    from autotune.evaluate import FAULT_ENV, device_broken, evaluate_plan
     from autotune.judge.gate import CaseBench
 
     os.environ.pop(FAULT_ENV, None)  # faults are passed per request, by trial number
@@ -78,6 +80,9 @@ def _runner_main(conn: Connection, setup: dict[str, Any]) -> None:
                 capacity_bytes=selection.capacity_bytes,
                 fault=fault,
             )
+            if device_broken():  # a sticky device fault: the next plan needs a fresh runner
+                conn.send(("last outcome", outcome.to_json()))
+                return
             conn.send(("outcome", outcome.to_json()))
         except Exception:  # evaluate_plan never raises for a plan; this is our own bug
             conn.send(("error", traceback.format_exc()[-2000:]))
@@ -172,6 +177,9 @@ class TrialRunner:
             )
         if kind == "error":
             return Outcome(OutcomeKind.RUNTIME_ERROR, f"harness error: {payload}")
+        if kind == "last outcome":  # the plan broke the runner's device: it has exited
+            self._kill()
+            self.restarts += 1
         return Outcome.from_json(payload)
 
     def stop_now(self) -> None:
@@ -209,7 +217,7 @@ def make_evaluator(
     oracle_batch: int = 1,
 ) -> TrialEvaluator:
     """Evaluate in an isolated runner process, or in this process (``isolate=False``)."""
-    from autotune.evaluate import evaluate_plan, fault_for_trial
+    from autotune.evaluate import DeviceBroken, device_broken, evaluate_plan, fault_for_trial
 
     if isolate:
         runner = TrialRunner(
@@ -233,6 +241,13 @@ def make_evaluator(
     bench = CaseBench(case, selection.effective_device(), oracle_batch=oracle_batch)
 
     def run_here(plan: Plan, number: int) -> Outcome:
+        if device_broken():  # an earlier trial's device fault: every call here would fail
+            raise DeviceBroken(
+                "the device faulted in an earlier trial of this process (a sticky CUDA error, "
+                "such as an illegal memory access) and can run nothing more; that trial is "
+                "recorded, this one is not: rerun the same command to resume (without "
+                "--no-isolation a fresh runner process takes over by itself)"
+            )
         return evaluate_plan(
             bench,
             plan,

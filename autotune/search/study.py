@@ -25,6 +25,7 @@ from autotune.core.cases import Case
 from autotune.core.device import DeviceInfo
 from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.core.profiles import ProfileSelection
+from autotune.evaluate import DeviceBroken
 from autotune.measure import STUDY_TIMING, TimingSettings, predict_peak_bytes
 from autotune.plan import REFERENCE_PLAN, Plan
 from autotune.search import trials
@@ -271,6 +272,7 @@ class RunState:
     last_free: bool = False  # the last trial cost nothing (a repeat, or forbidden)
     spent: int = 0  # trials of this process that were not free
     free_streak: int = 0  # free trials in a row (a sampler stuck on measured plans)
+    broken: str = ""  # why this process's device can run nothing more (DeviceBroken)
 
 
 # Free trials in a row after which a run stops: the sampler keeps proposing measured plans.
@@ -343,6 +345,11 @@ def make_objective(
                 trials.mark_interrupted(trial)
                 _quiet_optuna()
                 raise
+            except DeviceBroken as exc:  # an earlier in-process trial broke the device:
+                trials.mark_interrupted(trial)  # this plan was not measured; a rerun will
+                run.broken = str(exc)
+                _quiet_optuna()
+                raise
             finally:
                 run.guard.on_signal = None
         if run.guard.requested:  # the outcome of an interrupted evaluation is not kept
@@ -383,6 +390,7 @@ def optimize(
             run.spent += 1
         if (
             run.stop
+            or run.broken
             or run.guard.requested
             or run.spent - start >= max_trials
             or run.free_streak >= MAX_FREE_STREAK
@@ -403,7 +411,7 @@ def optimize(
         if not run.guard.requested:
             run.guard.requested = True  # a second Ctrl-C, or one outside the guard
     finally:
-        if run.guard.requested:
+        if run.guard.requested or run.broken:
             trials.close_interrupted(study, run.in_flight)
             trials.retry_interrupted(study)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -507,6 +515,8 @@ def run_case_study(
     new = trials.completed_trials(study) - done_before
     if guard.requested:
         raise Interrupted(new)
+    if run.broken:
+        raise DeviceBroken(run.broken)
     return summarise_study(study, case, new, start)
 
 

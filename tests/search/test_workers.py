@@ -390,3 +390,43 @@ def test_processes_asking_one_sqlite_storage_never_get_the_same_enqueued_trial(t
     got = [n for p in procs for n in json.loads(p.communicate(timeout=300)[0])]
     assert all(p.returncode == 0 for p in procs)
     assert len(got) >= 150 and len(got) == len(set(got))
+
+
+def test_a_sticky_device_fault_replaces_the_runner_before_the_next_plan(
+    tmp_path, space_file, monkeypatch
+) -> None:
+    """A CUDA device-side fault is sticky: after it every call in the process raises. The
+    faulting trial is a runtime error; its runner exits with its answer and a fresh one
+    evaluates the next plan, which passes (in the poisoned runner it would raise too)."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "device@1")
+    study = "study --gpu cpu --cases smoke-1 --n-trials 4 --sampler grid"
+    assert cli(f"{study} --space {space_file} --storage {url} --quiet") == 0
+    trials = [t for t in _trials(url) if t.state != TrialState.WAITING]
+    kinds = [t.user_attrs["outcome_kind"] for t in trials]
+    assert kinds == ["passed", "runtime_error", "passed", "passed"]
+    assert "illegal memory access" in trials[1].user_attrs["outcome"]["message"]
+
+
+def test_a_sticky_device_fault_in_process_stops_the_run_and_a_rerun_resumes(
+    tmp_path, space_file, monkeypatch, capsys
+) -> None:
+    """Evaluated in the study's own process (--no-isolation), a sticky device fault leaves
+    nothing able to run: the faulting trial is recorded, the next one is not measured (no
+    false failure), the run ends with one line, and the same command resumes and measures
+    the plan that was left."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    study = f"study --gpu cpu --cases smoke-1 --n-trials 4 --sampler grid --no-isolation --space {space_file} --storage {url} --quiet"  # noqa: E501
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "device@1")
+    assert cli(study) == 2
+    assert "the device faulted in an earlier trial" in capsys.readouterr().err
+    done = [t for t in _trials(url) if t.state == TrialState.COMPLETE]
+    assert [t.user_attrs["outcome_kind"] for t in done] == ["passed", "runtime_error"]
+    monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "")
+    import autotune.evaluate
+
+    monkeypatch.setattr(autotune.evaluate, "_sticky_fault", False)  # a new process's state
+    assert cli(study) == 0
+    done = [t for t in _trials(url) if t.state == TrialState.COMPLETE]
+    kinds = [t.user_attrs["outcome_kind"] for t in done]
+    assert len(done) == 4 and kinds.count("runtime_error") == 1
