@@ -1,5 +1,8 @@
 """Where a plan's device time goes: the profiler's kernels of warm forwards, per kernel
-name, microseconds and launches per forward, and the total beside the case's floor.
+name, microseconds and launches per forward, and the total beside the case's floor. Three
+totals a forward: the kernels' sum, their busy time (the union of their spans: with pdl a
+kernel's wait overlaps the kernel before it), and the wall time of the forwards issued
+back to back (CUDA events; wall minus busy is the device idle between kernels).
 
     python3 scripts/kernel_profile.py --case 13 PLAN_JSON [PLAN_JSON ...]
     python3 scripts/kernel_profile.py --case 14 --batch 4 --warmup 1 --forwards 1 @PLAN.json
@@ -88,10 +91,14 @@ def main() -> None:
                 for _ in range(args.warmup):
                     model(x, mask)
                 torch.cuda.synchronize()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    start.record()
                     for _ in range(args.forwards):
                         model(x, mask)
+                    end.record()
                     torch.cuda.synchronize()
+                wall = start.elapsed_time(end) * 1e3 / args.forwards
         except Exception as exc:  # a device fault still ends the process
             line = str(exc).splitlines()[0][:300] if str(exc) else ""
             print(f"== case {args.case}: {plan.describe()}: FAILED {type(exc).__name__}: {line}")
@@ -113,7 +120,8 @@ def main() -> None:
         print(f"== case {args.case}{batch}: {plan.describe()}{options}")
         print(
             f"   device {total:.1f} us/forward in {launches:.0f} kernels, busy {busy:.1f} us "
-            f"(overlapping kernels once: pdl); floor {floor_us:.1f} us ({busy / floor_us:.1f}x)"
+            f"(overlapping kernels once: pdl), wall {wall:.1f} us (events, forwards back to "
+            f"back); floor {floor_us:.1f} us ({busy / floor_us:.1f}x)"
         )
         for name, t in sorted(times.items(), key=lambda kv: -kv[1])[:12]:
             print(f"   {t:9.1f} us  {counts[name] / args.forwards:4.0f}x  {name[:90]}")
