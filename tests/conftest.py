@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,9 +31,15 @@ def cpu_device():
 
 
 @pytest.fixture(autouse=True)
-def _no_fault_injection(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_fault_injection(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("AUTOTUNE_INJECT_FAULT", raising=False)
     os.environ.setdefault("OMP_NUM_THREADS", "2")
+    yield
+    # The injected sticky device fault marks the process, as a real one would: no test
+    # leaves it marked for the next.
+    evaluate = sys.modules.get("autotune.evaluate")
+    if evaluate is not None:
+        evaluate._sticky_fault = False
 
 
 def cli(command: str) -> int:

@@ -425,7 +425,8 @@ def test_a_sticky_device_fault_in_process_stops_the_run_and_a_rerun_resumes(
     monkeypatch.setenv("AUTOTUNE_INJECT_FAULT", "")
     import autotune.evaluate
 
-    monkeypatch.setattr(autotune.evaluate, "_sticky_fault", False)  # a new process's state
+    assert autotune.evaluate.device_broken()
+    autotune.evaluate._sticky_fault = False  # a new process's state (conftest resets it too)
     assert cli(study) == 0
     done = [t for t in _trials(url) if t.state == TrialState.COMPLETE]
     kinds = [t.user_attrs["outcome_kind"] for t in done]
