@@ -534,25 +534,33 @@ def _attention_half_kernel(
 
 
 @triton.jit
-def _ffn_weights(
-    w1_ptr, w2_ptr, offs_d, d_ok, offs_f, f_ok, d_model, ffn_dim,
+def _w1_tile(
+    w1_ptr, offs_d, d_ok, offs_f, f_ok, d_model,
     PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
 ):  # fmt: skip
-    """The FFN's operand tiles of columns ``offs_f``: ``W1^T`` [BLOCK_D, BLOCK_F], element
-    (k, j) = W1[j, k], and ``W2^T`` [BLOCK_F, BLOCK_D], element (j, n) = W2[n, j]."""
+    """The FFN's ``W1^T`` operand tile of columns ``offs_f`` [BLOCK_D, BLOCK_F]: element
+    (k, j) = W1[offs_f[j], k]."""
     w1_t = tl.load(
         w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
         mask=d_ok[:, None] & f_ok[None, :],
         other=0.0,
     )
+    return to_operand(w1_t, PRECISION, EMULATE_BF16_DOT)
+
+
+@triton.jit
+def _w2_tile(
+    w2_ptr, offs_d, d_ok, offs_f, f_ok, ffn_dim,
+    PRECISION: tl.constexpr, EMULATE_BF16_DOT: tl.constexpr,
+):  # fmt: skip
+    """The FFN's ``W2^T`` operand tile of rows ``offs_f`` [BLOCK_F, BLOCK_D]: element
+    (j, n) = W2[n, offs_f[j]]."""
     w2_t = tl.load(
         w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
         mask=f_ok[:, None] & d_ok[None, :],
         other=0.0,
     )
-    return to_operand(w1_t, PRECISION, EMULATE_BF16_DOT), to_operand(
-        w2_t, PRECISION, EMULATE_BF16_DOT
-    )
+    return to_operand(w2_t, PRECISION, EMULATE_BF16_DOT)
 
 
 @triton.jit
@@ -578,7 +586,7 @@ def _ffn_of_rows(
     """``GELU(LayerNorm2(x1) @ W1^T + b1) @ W2^T`` (no ``b2``) of an fp32 row tile, the FFN
     dim ``BLOCK_F`` columns at a time; fp32 [BLOCK_M, BLOCK_D], padded columns 0. The erf
     GELU, or with ``GELU_POLY`` ``kernels._common.gelu_poly`` (within 2.6e-5 of it). With
-    ``PRELOAD`` the weights are ``w1_pre``, ``w2_pre`` (``_ffn_weights`` of every column:
+    ``PRELOAD`` the weights are ``w1_pre``, ``w2_pre`` (``_w1_tile``, ``_w2_tile`` of every column:
     ``BLOCK_F >= ffn_dim``), loaded by the caller: one step, nothing loaded here but b1."""
     offs_f0 = tl.arange(0, BLOCK_F)
     h = _layernorm_rows(x1, n2w_ptr, n2b_ptr, offs_d, d_ok, d_model, eps)
@@ -594,24 +602,15 @@ def _ffn_of_rows(
         for f0 in range(0, ffn_dim, BLOCK_F):
             offs_f = f0 + offs_f0
             f_ok = offs_f < ffn_dim
-            # W1^T chunk [BLOCK_D, BLOCK_F]: element (k, j) = W1[f0 + j, k].
-            w1_t = tl.load(
-                w1_ptr + offs_f[None, :] * d_model + offs_d[:, None],
-                mask=d_ok[:, None] & f_ok[None, :],
-                other=0.0,
-            )
-            w1_t = to_operand(w1_t, PRECISION, EMULATE_BF16_DOT)
+            # W2's load after the first GEMM, as before weights_first (the same code).
+            w1_t = _w1_tile(w1_ptr, offs_d, d_ok, offs_f, f_ok, d_model, PRECISION,
+                            EMULATE_BF16_DOT)  # fmt: skip
             a = _ffn_hidden(
                 h, w1_t, b1_ptr, offs_f, f_ok, BLOCK_M, BLOCK_F, PRECISION, EMULATE_BF16_DOT,
                 GELU_POLY,
             )  # fmt: skip
-            # W2^T chunk [BLOCK_F, BLOCK_D]: element (j, n) = W2[n, f0 + j].
-            w2_t = tl.load(
-                w2_ptr + offs_d[None, :] * ffn_dim + offs_f[:, None],
-                mask=f_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            )
-            w2_t = to_operand(w2_t, PRECISION, EMULATE_BF16_DOT)
+            w2_t = _w2_tile(w2_ptr, offs_d, d_ok, offs_f, f_ok, ffn_dim, PRECISION,
+                            EMULATE_BF16_DOT)  # fmt: skip
             f = dot(a, w2_t, f, PRECISION, EMULATE_BF16_DOT)
     return f
 

@@ -105,7 +105,6 @@ from kernels.block import (
     _check_norm,
     _check_x,
     _ffn_of_rows,
-    _ffn_weights,
     _head_projection,
     _head_projection_of,
     _head_weight,
@@ -113,6 +112,8 @@ from kernels.block import (
     _mask_bytes,
     _online_softmax_step,
     _output_buffer,
+    _w1_tile,
+    _w2_tile,
 )
 
 LAYERNORM_EPS = 1e-5
@@ -804,6 +805,17 @@ def _qkv_of_rows(
 
 
 @triton.jit
+def _wo_rows(wo_ptr, offs_k, k_ok, offs_d, d_ok, d_model):
+    """Rows ``offs_k`` of ``Wo^T`` [len(offs_k), BLOCK_D]: element (k, n) = Wo[n, offs_k[k]]
+    (the context columns ``offs_k`` of the output projection)."""
+    return tl.load(
+        wo_ptr + offs_d[None, :] * d_model + offs_k[:, None],
+        mask=k_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
+
+
+@triton.jit
 def _post_rows_program(
     pid,
     x_ptr,
@@ -866,18 +878,15 @@ def _post_rows_program(
     w2_t = 0
     if PRELOAD:  # nothing writes the weights: loaded while the previous kernel finishes
         k_ok = offs_k0 < d_model
-        # Wo^T [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k].
-        wo_t = tl.load(
-            wo_ptr + offs_d[None, :] * d_model + offs_k0[:, None],
-            mask=k_ok[:, None] & d_ok[None, :],
-            other=0.0,
+        wo_t = to_operand(
+            _wo_rows(wo_ptr, offs_k0, k_ok, offs_d, d_ok, d_model), PRECISION, EMULATE_BF16_DOT
         )
-        wo_t = to_operand(wo_t, PRECISION, EMULATE_BF16_DOT)
         offs_f = tl.arange(0, BLOCK_F)
-        w1_t, w2_t = _ffn_weights(
-            w1_ptr, w2_ptr, offs_d, d_ok, offs_f, offs_f < ffn_dim, d_model, ffn_dim,
-            PRECISION, EMULATE_BF16_DOT,
-        )  # fmt: skip
+        f_ok = offs_f < ffn_dim
+        w1_t = _w1_tile(w1_ptr, offs_d, d_ok, offs_f, f_ok, d_model, PRECISION,
+                        EMULATE_BF16_DOT)  # fmt: skip
+        w2_t = _w2_tile(w2_ptr, offs_d, d_ok, offs_f, f_ok, ffn_dim, PRECISION,
+                        EMULATE_BF16_DOT)  # fmt: skip
         grid_dependency_enter(USE_GDC)
 
     # Output projection of the attention context, BLOCK_K ctx columns at a time: onto
@@ -902,12 +911,7 @@ def _post_rows_program(
                 mask=row_ok[:, None] & k_ok[None, :],
                 other=0.0,
             ).to(tl.float32)
-            # Wo^T chunk [BLOCK_K, BLOCK_D]: element (k, n) = Wo[n, k0 + k].
-            wo_t = tl.load(
-                wo_ptr + offs_d[None, :] * d_model + offs_k[:, None],
-                mask=k_ok[:, None] & d_ok[None, :],
-                other=0.0,
-            )
+            wo_t = _wo_rows(wo_ptr, offs_k, k_ok, offs_d, d_ok, d_model)
             a = dot(
                 to_operand(c, PRECISION, EMULATE_BF16_DOT),
                 to_operand(wo_t, PRECISION, EMULATE_BF16_DOT),
@@ -1061,12 +1065,7 @@ def _attn_post_rows_kernel(
             qk_scale, CAUSAL, False, HAS_KEY_MASK, HAS_KEY_BOUNDS, BLOCK_M, BLOCK_N,
             BLOCK_HD, EVEN_HD, PREC_A, EMULATE_BF16_DOT,
         )  # fmt: skip
-        # Wo^T head slice [BLOCK_HD, BLOCK_D]: element (k, n) = Wo[n, h * head_dim + k].
-        wo_t = tl.load(
-            wo_ptr + offs_d[None, :] * d_model + (h * head_dim + offs_hd)[:, None],
-            mask=hd_ok[:, None] & d_ok[None, :],
-            other=0.0,
-        )
+        wo_t = _wo_rows(wo_ptr, h * head_dim + offs_hd, hd_ok, offs_d, d_ok, d_model)
         a = dot(
             to_operand(ctx, PREC_G, EMULATE_BF16_DOT),
             to_operand(wo_t, PREC_G, EMULATE_BF16_DOT),

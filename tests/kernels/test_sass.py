@@ -586,6 +586,11 @@ with offline_launches(90):
         next_norm=True, num_warps=8, use_gdc=mode)
     gr.launch_qkv_rows_gluon(x, half(B * S, 3 * D), qkv_w, B * S, D, 1e-5, num_warps=8,
         use_gdc=mode)
+"""
+
+# The end of _GDC_ORDER and _WEIGHTS_FIRST_ORDER: per compiled kernel, its copies, global
+# loads and stores and grid dependency instructions in PTX order (a predicate dropped), as JSON.
+_PTX_ORDER = r"""
 keep = ("cp.async.cg", "cp.async.ca", "griddepcontrol", "st.global", "ld.global")
 out = {}
 for name, text in ptx.items():
@@ -614,7 +619,7 @@ def test_gluon_kernels_copy_their_weights_before_the_grid_dependency_wait(mode: 
     _needs_compiler()
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-c", _GDC_ORDER, str(mode)],
+        [sys.executable, "-c", _GDC_ORDER + _PTX_ORDER, str(mode)],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
@@ -665,18 +670,6 @@ with offline_launches(90), torch.inference_mode():
     layer_stack(torch.zeros(B, S, D), [prepare_layer_weights(w, "fp16") for w in layers], final,
         num_heads=H, causal=True, key_mask=None, variant="heads", tiling=tiling,
         gemm_precision="fp16", attn_precision="fp16")
-keep = ("griddepcontrol", "st.global", "ld.global")
-out = {}
-for name, text in ptx.items():
-    ops = []
-    for line in text.splitlines():
-        words = line.split()
-        if words and words[0].startswith("@"):
-            words = words[1:]
-        if words and words[0].startswith(keep):
-            ops.append(words[0].rstrip(";"))
-    out[name] = ops
-print(json.dumps(out))
 """
 
 
@@ -691,7 +684,7 @@ def test_weights_first_loads_the_weights_before_the_grid_dependency_wait(trigger
     _needs_compiler()
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-c", _WEIGHTS_FIRST_ORDER, trigger],
+        [sys.executable, "-c", _WEIGHTS_FIRST_ORDER + _PTX_ORDER, trigger],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
