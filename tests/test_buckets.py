@@ -190,6 +190,96 @@ def test_verify_refuses_a_plan_that_does_not_beat_the_reference_beyond_noise(mon
     assert bucket is None and "does not beat the reference" in notes[0]
 
 
+def _rebuilt_draft() -> Draft:
+    """A rectangle whose nearest entry's plan changed; the earlier bucket's comes next."""
+    return Draft(
+        DIMS,
+        (1, 4),
+        (16, 32),
+        ((Plan.from_dict(HEADS), "case a"), (Plan.from_dict(ROWS), "case e, an earlier bucket")),
+    )
+
+
+@pytest.mark.parametrize(("new", "kept"), [(3.1, "separate"), (3.5, "packed")])
+def test_a_rebuild_keeps_the_earlier_bucket_unless_the_new_plan_beats_it(
+    monkeypatch, new: float, kept: str
+) -> None:
+    # The new plan passes and beats the reference at every point; the earlier bucket's
+    # plan (speedup 3.0) is measured at the same points and stays unless the new one is
+    # faster than it beyond the noise (5%).
+    calls = []
+
+    def fake(bench, plan, **kw):
+        calls.append(plan.qkv)
+        return _outcome(speedup=new if plan.qkv == "packed" else 3.0)
+
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", fake)
+    draft = _rebuilt_draft()
+    bucket, notes = verify_draft(VerifyJob(draft, "cpu", False))
+    n = len(draft.points())
+    assert calls == ["packed"] * n + ["separate"] * n
+    assert bucket is not None and Plan.from_dict(bucket["plan"]).qkv == kept
+    assert len(bucket["evidence"]["points"]) == n
+    if kept == "separate":
+        assert bucket["from"] == "case e, an earlier bucket"
+        assert (
+            len(notes) == 1
+            and notes[0].startswith("slower: ")
+            and "the earlier plan stays" in notes[0]
+        )
+    else:
+        assert bucket["from"] == "case a" and notes == []
+
+
+@pytest.mark.parametrize("cells", [True, False])
+def test_a_rebuild_splits_a_rectangle_where_each_plan_is_faster_somewhere(
+    monkeypatch, cells: bool
+) -> None:
+    # The new plan runs 2x the earlier one's speed at the longer sequences and half of it
+    # at seq 16 (session 36's batch 1132 x seq 32): a merged rectangle goes back to its
+    # cells; a single cell takes the faster on the geometric mean.
+    def fake(bench, plan, **kw):
+        if plan.qkv == "separate":
+            return _outcome(speedup=4.0)
+        return _outcome(speedup=2.0 if bench.config.seq_len == 16 else 8.0)
+
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", fake)
+    d = _rebuilt_draft()
+    parts = (Draft(d.dims, d.batch, (16, 20), d.plans), Draft(d.dims, d.batch, (21, 32), d.plans))
+    draft = Draft(d.dims, d.batch, d.seq, d.plans, parts if cells else ())
+    bucket, notes = verify_draft(VerifyJob(draft, "cpu", False))
+    assert len(notes) == (1 if cells else 0)
+    if cells:
+        assert bucket is None and notes[0].startswith("split: ") and "slower at 1x16" in notes[0]
+    else:
+        assert bucket is not None and bucket["from"] == "case a"
+
+
+def test_a_rebuild_takes_the_new_plan_where_the_earlier_one_fails(monkeypatch) -> None:
+    def fake(bench, plan, **kw):
+        return _outcome(passed=plan.qkv == "packed")
+
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", fake)
+    bucket, notes = verify_draft(VerifyJob(_rebuilt_draft(), "cpu", False))
+    assert bucket is not None and bucket["from"] == "case a"
+    assert len(notes) == 1 and notes[0].startswith("wrong: ") and "earlier bucket" in notes[0]
+
+
+def test_a_rebuild_verifies_the_earlier_bucket_once_where_it_comes_first(monkeypatch) -> None:
+    calls = []
+
+    def fake(bench, plan, **kw):
+        calls.append(plan.qkv)
+        return _outcome()
+
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", fake)
+    d = _rebuilt_draft()
+    draft = Draft(d.dims, d.batch, d.seq, tuple(reversed(d.plans)))
+    bucket, notes = verify_draft(VerifyJob(draft, "cpu", False))
+    assert bucket is not None and bucket["from"] == "case e, an earlier bucket" and not notes
+    assert calls == ["separate"] * len(draft.points())
+
+
 def _bucket(plan: dict, batch=(1, 8), seq=(8, 32)) -> dict:
     return {
         "dims": list(DIMS),

@@ -24,7 +24,10 @@ Per group of entries with the same d_model, heads, FFN, layers, causality and dt
    against the reference; it must pass everywhere and beat the reference beyond the
    noise everywhere. If it does not, the cell's next plan is tried; a merged rectangle no
    plan holds across is verified again cell by cell, and a cell no plan holds for gets no
-   bucket (the reference serves it, or the opt-in gate).
+   bucket (the reference serves it, or the opt-in gate). Where the plan that holds is a
+   new one and the earlier bucket's plan for the region comes later in the draft, that
+   one is verified at the same points too and stays unless the new one beats it beyond
+   the noise (both timed in one process): a rebuild never trades a bucket for a slower one.
 
 A rectangle that is a single shape is the entry itself and gets no bucket; a cell where
 the dense reference would need more than a quarter of the device's memory is cut to the
@@ -48,6 +51,7 @@ from autotune.plan import Plan
 from autotune.runtime.buckets import Key, dims_of, shape_distance
 
 MAX_REFERENCE_SHARE = 0.25  # of device memory: larger shapes are not verified here
+EARLIER = "an earlier bucket"  # the end of a plan's source when an earlier bucket held it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,7 +201,7 @@ def draft_buckets(
                         continue
                     plan = Plan.from_dict(bucket.get("plan", {}))
                     if _usable(plan, cell_plans, dims, corners, device, reasons):
-                        where = f"{bucket.get('from', '?')}, an earlier bucket"
+                        where = f"{bucket.get('from', '?')}, {EARLIER}"
                         cell_plans.insert(at, (plan, where))
                 if cell_plans:
                     cells[(i, j)] = (blo, bhi, slo, shi, cell_plans)
@@ -299,10 +303,9 @@ SLOWER = "slower"  # passed but did not beat the reference beyond the noise
 CANNOT_RUN = "cannot run"  # unsupported, out of memory, crashed
 
 
-def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
-    """Step 4: the first plan of the draft that passes and wins at every point, as a
-    bucket; and a line per plan that did not, starting with its kind (``WRONG``,
-    ``SLOWER`` or ``CANNOT_RUN``) and a colon."""
+def _verify_plan(job: VerifyJob, plan: Plan) -> tuple[list[dict[str, Any]], str]:
+    """The plan at each of the draft's points: the evidence per point, or, at the first
+    point where it does not pass or does not win, a line starting with its kind."""
     from autotune.core.cases import Case, classify_regime
     from autotune.core.outcome import OutcomeKind
     from autotune.core.profiles import select_profile
@@ -310,68 +313,130 @@ def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
     from autotune.judge.gate import SELECTION_GATE, CaseBench
     from autotune.measure import STUDY_TIMING
 
-    draft = job.draft
     selection = select_profile(job.profile, emulate=job.emulated)
     device = selection.effective_device()
+    points: list[dict[str, Any]] = []
+    for b, s in job.draft.points():
+        config = config_at(job.draft.dims, b, s)
+        case = Case(f"bucket-{b}x{s}", config, classify_regime(config))
+        bench = CaseBench(case, device, reference="dense")
+        o = evaluate_plan(
+            bench,
+            plan,
+            timing=STUDY_TIMING,
+            gate=SELECTION_GATE,
+            capacity_bytes=selection.capacity_bytes,
+        )
+        bench.release()
+        t = o.timing
+        if not o.passed or t is None:
+            kind = WRONG if o.kind is OutcomeKind.WRONG_RESULT else CANNOT_RUN
+            return points, f"{kind}: at batch {b} seq {s}: {o.summary_line()}"
+        if t.speedup - 1.0 <= t.noise:
+            return points, (
+                f"{SLOWER}: at batch {b} seq {s}: {t.speedup:.2f}x does not beat the "
+                f"reference beyond the noise ({100 * t.noise:.1f}%)"
+            )
+        points.append(
+            {
+                "batch": b,
+                "seq": s,
+                "worst_budget_share": round(o.report.budget_share, 5) if o.report else None,
+                "seeds": o.seeds_checked,
+                "padded_seeds": o.padded_seeds_checked,
+                "speedup": round(t.speedup, 4),
+                "noise": round(t.noise, 4),
+                "ref_median_ms": round(t.ref_median_ms, 5),
+                "plan_median_ms": round(t.cand_median_ms, 5),
+            }
+        )
+    return points, ""
+
+
+def gain_over(
+    points: list[dict[str, Any]], incumbent: list[dict[str, Any]]
+) -> tuple[list[float], float, float]:
+    """How much faster a plan ran than the incumbent at each of the same points (the ratio
+    of their medians, both timed in this process), the geometric mean of those ratios, and
+    the noise a difference must exceed (the larger of the two plans' worst noise)."""
+    ratios = [
+        i["plan_median_ms"] / p["plan_median_ms"] for p, i in zip(points, incumbent, strict=True)
+    ]
+    gain = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    noise = max(max(p["noise"] for p in points), max(i["noise"] for i in incumbent))
+    return ratios, gain, noise
+
+
+SPLIT = "split"  # neither plan holds across the rectangle: its cells are verified one by one
+
+
+def verify_draft(job: VerifyJob) -> tuple[dict[str, Any] | None, list[str]]:
+    """Step 4: the first plan of the draft that passes and wins at every point, as a
+    bucket; and a line per plan that did not, starting with its kind (``WRONG``,
+    ``SLOWER``, ``CANNOT_RUN`` or ``SPLIT``) and a colon.
+
+    Where that plan is new and the plan an earlier bucket served the region with comes
+    later in the draft, that one is verified at the same points too (session 36: a rebuilt
+    rectangle's new plan, verified against the reference only, ran batch 1132 x seq 32 at
+    2.0x where the earlier bucket's ran 3.8x). The new plan takes the rectangle if it is
+    nowhere slower beyond the noise and faster beyond it on the geometric mean; where each
+    is faster somewhere, a merged rectangle goes back to its cells (no bucket here, note
+    ``SPLIT``) and a single cell takes the faster on the geometric mean; otherwise the
+    earlier plan stays."""
+    draft = job.draft
     notes: list[str] = []
-    for plan, where in draft.plans:
-        points = []
-        problem = ""
-        for b, s in draft.points():
-            config = config_at(draft.dims, b, s)
-            case = Case(f"bucket-{b}x{s}", config, classify_regime(config))
-            bench = CaseBench(case, device, reference="dense")
-            o = evaluate_plan(
-                bench,
-                plan,
-                timing=STUDY_TIMING,
-                gate=SELECTION_GATE,
-                capacity_bytes=selection.capacity_bytes,
-            )
-            bench.release()
-            t = o.timing
-            if not o.passed or t is None:
-                kind = WRONG if o.kind is OutcomeKind.WRONG_RESULT else CANNOT_RUN
-                problem = f"{kind}: at batch {b} seq {s}: {o.summary_line()}"
-                break
-            if t.speedup - 1.0 <= t.noise:
-                problem = (
-                    f"{SLOWER}: at batch {b} seq {s}: {t.speedup:.2f}x does not beat the "
-                    f"reference beyond the noise ({100 * t.noise:.1f}%)"
-                )
-                break
-            points.append(
-                {
-                    "batch": b,
-                    "seq": s,
-                    "worst_budget_share": round(o.report.budget_share, 5) if o.report else None,
-                    "seeds": o.seeds_checked,
-                    "padded_seeds": o.padded_seeds_checked,
-                    "speedup": round(t.speedup, 4),
-                    "noise": round(t.noise, 4),
-                    "ref_median_ms": round(t.ref_median_ms, 5),
-                    "plan_median_ms": round(t.cand_median_ms, 5),
-                }
-            )
+    for i, (plan, where) in enumerate(draft.plans):
+        points, problem = _verify_plan(job, plan)
         if problem:
             kind, _, detail = problem.partition(": ")
             notes.append(f"{kind}: {plan.describe()} (from {where}) {detail}")
             continue
-        bucket = {
-            "dims": list(draft.dims),
-            "batch": list(draft.batch),
-            "seq": list(draft.seq),
-            "plan": plan.to_dict(full=False),
-            "plan_hash": plan.hash,
-            "from": where,
-            "evidence": {
-                "points": points,
-                "failed_elements": 0,
-                "gate": "5 seeds + 5 padded seeds per point, dense reference",
-            },
-        }
-        return bucket, notes
+        incumbent = next(((p, w) for p, w in draft.plans[i + 1 :] if w.endswith(EARLIER)), None)
+        if incumbent is None or where.endswith(EARLIER):
+            return _bucket_of(draft, plan, where, points), notes
+        held, problem = _verify_plan(job, incumbent[0])
+        if problem:
+            kind, _, detail = problem.partition(": ")
+            notes.append(f"{kind}: {incumbent[0].describe()} (from {incumbent[1]}) {detail}")
+            return _bucket_of(draft, plan, where, points), notes
+        ratios, gain, noise = gain_over(points, held)
+        slower = [
+            f"{p['batch']}x{p['seq']} {r:.2f}x"
+            for p, r in zip(points, ratios, strict=True)
+            if r < 1.0 - noise
+        ]
+        faster = any(r > 1.0 + noise for r in ratios)
+        versus = (
+            f"{plan.describe()} (from {where}) ran {gain:.2f}x the speed of the plan of "
+            f"{incumbent[1]} at the same points (noise {100 * noise:.1f}%"
+            + (f"; slower at {', '.join(slower)})" if slower else ")")
+        )
+        if slower and faster and draft.cells:
+            notes.append(f"{SPLIT}: {versus}: each is faster somewhere; its cells next")
+            return None, notes
+        if gain - 1.0 > noise and (not slower or not draft.cells):
+            return _bucket_of(draft, plan, where, points), notes
+        notes.append(f"{SLOWER}: {versus}: the earlier plan stays")
+        return _bucket_of(draft, *incumbent, held), notes
     return None, notes
+
+
+def _bucket_of(
+    draft: Draft, plan: Plan, where: str, points: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "dims": list(draft.dims),
+        "batch": list(draft.batch),
+        "seq": list(draft.seq),
+        "plan": plan.to_dict(full=False),
+        "plan_hash": plan.hash,
+        "from": where,
+        "evidence": {
+            "points": points,
+            "failed_elements": 0,
+            "gate": "5 seeds + 5 padded seeds per point, dense reference",
+        },
+    }
 
 
 def code_digest() -> str:
