@@ -164,6 +164,35 @@ def enqueue_defaults(
     return n
 
 
+def named_in_queue(
+    study: optuna.Study, space: SearchSpace, warm: list[tuple[Plan, str]] | None
+) -> int:
+    """How many waiting trials the study runs (oldest first, as Optuna takes them) before
+    the last plan named in ``warm`` by file (source ``plan ...``) has its turn; 0 if none
+    waits."""
+    named = set()
+    for plan, source in warm or []:
+        if source.startswith("plan "):
+            try:
+                named.add(space.plan_of(space.params_for(plan)).hash)  # as enqueued
+            except ValueError:
+                continue  # outside the space: not enqueued
+    if not named:
+        return 0
+    waiting = sorted(
+        study.get_trials(deepcopy=False, states=(TrialState.WAITING,)), key=lambda t: t.number
+    )
+    last = 0
+    for i, t in enumerate(waiting, 1):
+        try:
+            plan = space.plan_of(t.system_attrs.get("fixed_params") or {})
+        except (ValueError, KeyError, TypeError):
+            continue
+        if plan.hash in named:
+            last = i
+    return last
+
+
 def warm_start_plans(
     sources: list[str],
     storage: Any,
@@ -470,9 +499,12 @@ def run_case_study(
     oracle_batch: int = 1,
 ) -> StudySummary:
     """Run (or resume) one case's study until it has ``n_trials`` completed trials (in
-    total, whatever other processes share the study). Ctrl-C raises ``Interrupted``."""
+    total, whatever other processes share the study), or more where plans named in
+    ``warm`` (``--warm-start @PLAN.json``) wait their turn: those are measured even in a
+    study that has its trials already. Ctrl-C raises ``Interrupted``."""
     study = open_study(selection, case, space, storage, sampler, seed, warm)
     done_before = trials.completed_trials(study)
+    n_trials = max(n_trials, done_before + named_in_queue(study, space, warm))
     remaining = n_trials - done_before
     start = time.perf_counter()
     state = StudyProgress(total=n_trials, finished=done_before)

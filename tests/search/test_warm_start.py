@@ -89,3 +89,44 @@ def test_a_resumed_study_measures_a_new_warm_start_plan_once() -> None:
     study.optimize(lambda t: (_ for _ in ()).throw(optuna.TrialPruned()), n_trials=1)
     assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
     assert enqueue_defaults(study, space, "tpe", [(other, "plan c")]) == 1
+
+
+def test_a_full_study_still_measures_the_plans_named_by_file(tmp_path) -> None:
+    """A rerun with --warm-start @PLAN.json on a study that has its --n-trials already
+    measures the named plans (session 37: case 2's overlays sat queued behind a full
+    study, and the export chose among the old trials)."""
+    import optuna
+
+    from autotune.core.profiles import select_profile
+    from autotune.search import trials
+    from autotune.search.space import parse_space
+    from autotune.search.study import run_case_study
+
+    space = parse_space(
+        {
+            "name": "named",
+            "profiles": ["cpu"],
+            "regimes": ["*"],
+            "params": [
+                {"name": "attention", "values": ["reference", "sdpa_math"]},
+                {"name": "qkv", "values": ["separate", "packed"]},
+            ],
+        },
+        "test",
+    )
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    run = dict(storage=storage, n_trials=1, isolate=False)
+    case = get_case("smoke-1")
+    first = run_case_study(select_profile("cpu"), case, space, **run)
+    study = optuna.load_study(study_name=first.name, storage=storage)
+    measured = {t.user_attrs[trials.PLAN_HASH] for t in study.get_trials(deepcopy=False)}
+    fresh = [p for p in space.enumerate() if p.hash not in measured][:2]
+    named = [(p, f"plan p{i}.json") for i, p in enumerate(fresh)]
+    again = run_case_study(select_profile("cpu"), case, space, warm=named, **run)
+    assert again.new_trials == 2 and trials.completed_trials(study) == 3
+    hashes = {t.user_attrs[trials.PLAN_HASH] for t in study.get_trials(deepcopy=False)}
+    assert {p.hash for p in fresh} <= hashes
+    # Plans from a table or a study seed a study; they do not extend a full one.
+    rest = [p for p in space.enumerate() if p.hash not in hashes][:1]
+    last = run_case_study(select_profile("cpu"), case, space, warm=[(rest[0], "table t")], **run)
+    assert last.new_trials == 0
