@@ -121,7 +121,9 @@ SPACE = {
                 },
             ],
         },
-        {"name": "attn_block_m", "values": [32, 64, 128], "when": {"attention": ["triton"]}},
+        # 16-row query tiles for the fused heads layer only (session 36: case 2 ran 39.9 us
+        # a forward at 16 against 46.5 at 32 in one process; 32 heads programs, not 16).
+        {"name": "attn_block_m", "values": [16, 32, 64, 128], "when": {"attention": ["triton"]}},
         # The flash attention kernel with every key in one tile and the head dim in chunks
         # (S <= 256), per layer or in rows: case 8's flash attention at head dim 256 held
         # 134-255 registers a thread (1 block an SM); this form 80-140, 2-4 blocks an SM
@@ -280,6 +282,8 @@ SPACE = {
         # (session 7 memcheck sweep, docs/results/h200/memcheck_s7.csv); the support rules
         # refuse them too, and here they cost no trial.
         {"forbid": {"fused_layer": ["heads"], "attn_block_m": [128]}},
+        {"forbid": {"fused_layer": ["none", "rows", "seq"], "attn_block_m": [16]}},
+        {"forbid": {"fused_block": [True], "attn_block_m": [16]}},
         {"forbid": {"fused_block": [True], "attn_block_m": [128]}},
         # The one-launch layer faulted at 64- and 128-row tiles (session 10, H200).
         {"forbid": {"fused_layer": ["seq"], "attn_block_m": [64, 128]}},

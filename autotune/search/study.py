@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -155,7 +156,13 @@ def enqueue_defaults(
         seen.add(plan)
         try:
             params = space.params_for(plan)
-        except ValueError:
+        except ValueError as e:
+            if source.startswith("plan "):  # named by the user: say why it is not measured
+                print(
+                    f"--warm-start {source[5:]}: outside the space {space.name!r}, not "
+                    f"measured ({e}); add the value to the space or pass --space",
+                    file=sys.stderr,
+                )
             continue  # the reference may lie outside a user's space
         if space.plan_of(params).hash in measured or params in queued:
             continue

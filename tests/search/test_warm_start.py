@@ -130,3 +130,17 @@ def test_a_full_study_still_measures_the_plans_named_by_file(tmp_path) -> None:
     rest = [p for p in space.enumerate() if p.hash not in hashes][:1]
     last = run_case_study(select_profile("cpu"), case, space, warm=[(rest[0], "table t")], **run)
     assert last.new_trials == 0
+
+
+def test_a_named_plan_outside_the_space_is_reported_not_dropped_silently(capsys) -> None:
+    import optuna
+
+    from autotune.search.space import builtin_spaces, select_space
+    from autotune.search.study import enqueue_defaults
+
+    space = select_space("cpu", get_case("smoke-1"), builtin_spaces())
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    outside = Plan.from_dict({"attention": "triton", "fused_layer": "heads"})  # GPU only
+    assert enqueue_defaults(study, space, "tpe", [(outside, "plan x.json")]) >= 1
+    err = capsys.readouterr().err
+    assert "--warm-start x.json: outside the space" in err and "not measured" in err
