@@ -6,10 +6,16 @@ import sys
 
 import torch
 
+import kernels.layer as _layer
 from autotune.core.reference import ReferenceTransformer, TransformerConfig
 from kernels._tolerance import PROJECT_RULE, compare
 from kernels.block import weights_from_model
 from kernels.layer import Tiling, layer_stack, prepare_layer_weights
+
+# Session 37: the support rules refuse this configuration since d46a0fb; the probe runs it
+# anyway (under compute-sanitizer) by dropping that one refusal.
+_errors = _layer._config_errors
+_layer._config_errors = lambda *a, **k: [e for e in _errors(*a, **k) if "faults compiled" not in e]
 
 bm, bn, st, nw, wf = (int(a) for a in sys.argv[1:6])
 cfg = TransformerConfig(1, 128, 128, 4, 128, 4, True)
