@@ -181,6 +181,10 @@ def test_the_gpu_space_is_sync_free_and_compiles_only_library_attention() -> Non
     )
     assert {p.fused_layer for p in plans if p.mask_bounds} == {"rows"}
     assert any(p.fused_layer == "rows" and p.attn_block_m == 128 for p in plans)
+    # 16-row query tiles only in the fused heads layer (session 37: case 2's winner)
+    assert {(p.fused_layer, p.fused_block) for p in plans if p.attn_block_m == 16} == {
+        ("heads", False)
+    }
 
 
 def test_plans_the_device_refuses_cost_no_trial(tmp_path) -> None:
