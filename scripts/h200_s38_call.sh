@@ -10,8 +10,8 @@
 #          kernel's sum): where the 77 ms between the 8-sequence profile (x4: 2.991 s) and
 #          the timed forward (3.068 s) go.
 # Returned: bench.csv, campaign_bench_1-13.log, s24_export.log, studies.db, h200.py,
-# s38_c14.log. A table changed by c3 invalidates the bench's rows for case 3: bench case 3
-# again in the next call (rows of two tables never mix).
+# s38_c14.log. A table changed by c3 is version 57: its bench is a whole new one, in its own
+# call (rows of two tables never mix; the bench above stays version 56's record).
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 PHASES=${PHASES:-bench c3 c14}
