@@ -17,6 +17,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   kill $P
   exit 0
 fi
+[ -n "${AB:-}" ] || { echo "not an H200: nothing run (AB=1 runs case 3's A/B)"; exit 3; }
 source scripts/device_prelude.sh >/dev/null
 base='"attention": "triton", "attn_block_n": 128, "attn_precision": "fp16", "attn_stages": 1, "cuda_graph": true, "ffn_gelu": "poly", "fused_layer": "heads", "gemm_precision": "fp16", "pdl": true, "row_block": 16, "row_fold_residual": true, "row_next_norm": true, "row_warps": 8, "weights_first": true'
 v56="{$base, \"attn_block_m\": 32}"
