@@ -17,8 +17,15 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   kill $P
   exit 0
 fi
-[ -n "${AB:-}" ] || { echo "not an H200: nothing run (AB=1 runs case 3's A/B)"; exit 3; }
+[ -n "${AB:-}" ] || { echo "not an H200: nothing run (AB=1: case 3's A/B; AB=sdpa: layouts)"; exit 3; }
 source scripts/device_prelude.sh >/dev/null
+if [ "$AB" = sdpa ]; then  # case 14's attention through each SDPA backend and layout
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active \
+    --format=csv -lms 100 > "$OUT/s38_sdpa_clocks.csv" & P=$!
+  timeout 200 python3 scripts/s38_sdpa_layouts.py 2>&1 | grep -v -i warn | tee "$OUT/s38_sdpa.log"
+  kill $P
+  exit 0
+fi
 base='"attention": "triton", "attn_block_n": 128, "attn_precision": "fp16", "attn_stages": 1, "cuda_graph": true, "ffn_gelu": "poly", "fused_layer": "heads", "gemm_precision": "fp16", "pdl": true, "row_block": 16, "row_fold_residual": true, "row_next_norm": true, "row_warps": 8, "weights_first": true'
 v56="{$base, \"attn_block_m\": 32}"
 aw8="{$base, \"attn_block_m\": 32, \"attn_warps\": 8}"
