@@ -77,6 +77,17 @@ def execution_reasons(plan: Plan, device: DeviceInfo) -> list[str]:
             reasons.append("host_io=true needs CUDA (on the CPU the input is already host memory)")
         if plan.cuda_graph:
             reasons.append("host_io=true streams chunks through the device; set cuda_graph false")
+    if plan.batch_streams > 1:
+        streams = f"batch_streams={plan.batch_streams}"
+        if not cuda:
+            reasons.append(f"{streams} needs CUDA streams; set batch_streams 1")
+        if plan.batch_chunk <= 0:
+            reasons.append(f"{streams} spreads batch chunks over streams; set batch_chunk > 0")
+        if plan.cuda_graph or plan.host_io or plan.compile != "none":
+            reasons.append(
+                f"{streams} runs the eager chunked forward; set cuda_graph false, host_io "
+                "false and compile none"
+            )
     if plan.cuda_graph and not cuda:
         reasons.append("cuda_graph=true needs CUDA")
     if plan.compile in GRAPHED_COMPILE_MODES:
@@ -182,6 +193,7 @@ class CandidateTransformer(ReferenceTransformer):
         self._param_version = 0  # bumped by load_state_dict, .to() and refresh()
         self._weights_version = -1  # the parameter version _weights were made at
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
+        self._streams: list[torch.cuda.Stream] | None = None  # batch_streams > 1
         self._block: Any = None  # fused-block weights (views of the parameters)
         self.last_route: str = ""
         # Polynomial attention: the guard's decision for every layer (and batch chunk) of
@@ -331,11 +343,33 @@ class CandidateTransformer(ReferenceTransformer):
             return self._into(out, x, mask if kind != MASK_NONE else None, kind, weights)
         if out is None:
             out = torch.empty_like(x)
-        for start in range(0, x.shape[0], chunk):
+        streams = self._chunk_streams(x)
+        home = torch.cuda.current_stream(x.device) if streams else None
+        for stream in streams:
+            stream.wait_stream(home)  # x, out and the weights are ready on the caller's
+        for i, start in enumerate(range(0, x.shape[0], chunk)):
             sl = slice(start, start + chunk)
             m = mask[sl] if (mask is not None and kind != MASK_NONE) else None
-            self._into(out[sl], x[sl], m, kind, weights)
+            if streams:
+                # A chunk's sequences are independent of every other chunk's: chunk i on
+                # stream i % N. Its activations come from that stream's own pool and are
+                # freed there; the caller's stream waits for all of them below.
+                with torch.cuda.stream(streams[i % len(streams)]):
+                    self._into(out[sl], x[sl], m, kind, weights)
+            else:
+                self._into(out[sl], x[sl], m, kind, weights)
+        for stream in streams:
+            home.wait_stream(stream)
         return out
+
+    def _chunk_streams(self, x: Tensor) -> list[torch.cuda.Stream]:
+        """The side streams of ``batch_streams`` (made once per device), or none."""
+        n = self.plan.batch_streams
+        if n <= 1 or not x.is_cuda:
+            return []
+        if self._streams is None or self._streams[0].device != x.device:
+            self._streams = [torch.cuda.Stream(x.device) for _ in range(n)]
+        return self._streams
 
     def _into(
         self,

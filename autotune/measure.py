@@ -366,7 +366,9 @@ def predict_peak_bytes(plan: Plan, config: TransformerConfig) -> int:
         ffn += tokens * max(f, 3 * d) * gemm_bytes
     scores = backends.attention(plan.attention).workspace_bytes(plan, config, chunk)
     workspace = 64 * 2**20  # cuBLAS workspace, allocator rounding
-    return int(weights + derived + io + acts + qkv + ffn + scores + workspace)
+    # batch_streams: that many chunks in flight at once, each in its stream's own pool
+    live = max(1, min(plan.batch_streams, -(-b // chunk)))
+    return int(weights + derived + io + live * (acts + qkv + ffn + scores + workspace))
 
 
 def count_kernels(fn: Forward, *, cuda: bool) -> int | None:

@@ -102,6 +102,15 @@ KNOBS: tuple[Knob, ...] = (
         int_range=(0, 1 << 20),
     ),
     Knob(
+        "batch_streams",
+        1,
+        "issue the batch chunks round-robin on N CUDA streams (1 = one stream): chunks are "
+        "independent sequences, so one chunk's memory-bound kernels run beside another's "
+        "attention; N chunks' activations are live at once. Above 1 it needs CUDA, "
+        "batch_chunk > 0, cuda_graph false, host_io false and compile none",
+        int_range=(1, 8),
+    ),
+    Knob(
         "query_chunk",
         0,
         "reference attention in query-prefix chunks of N rows (0 = all rows at once): each "
@@ -547,6 +556,7 @@ class Plan:
     attn_precision: str = "fp32"
     gemm_precision: str = "fp32"
     batch_chunk: int = 0
+    batch_streams: int = 1
     query_chunk: int = 0
     compile: str = "none"
     host_io: bool = False

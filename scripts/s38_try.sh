@@ -15,9 +15,22 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   timeout 100 python3 scripts/s38_c14_streams.py --streams 1,2 --rounds 3 \
     @docs/plans/c14_exact_cudnn_b4_ln.json 2>&1 | grep -v -i warn | tee "$OUT/s38_streams_h200.log"
   kill $P
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/device/test_batch_streams.py 2>&1 \
+    | tail -3 | tee -a "$OUT/s38_streams_h200.log"
   exit 0
 fi
-[ -n "${AB:-}" ] || { echo "not an H200: nothing run (AB=1: case 3's A/B; AB=sdpa: layouts)"; exit 3; }
+if [ "${AB:-}" = streams ]; then  # the batch_streams knob on the device: its test, its timing
+  source scripts/device_prelude.sh >/dev/null
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/device/test_batch_streams.py 2>&1 \
+    | tail -3 | tee "$OUT/s38_knob.log"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active \
+    --format=csv -lms 100 > "$OUT/s38_knob_clocks.csv" & P=$!
+  timeout 120 python3 scripts/s38_c14_streams.py --streams 1,2 --rounds 3 \
+    @docs/plans/c14_exact_cudnn_b4_ln.json 2>&1 | grep -v -i warn | tee -a "$OUT/s38_knob.log"
+  kill $P
+  exit 0
+fi
+[ -n "${AB:-}" ] || { echo "not an H200: nothing run (AB=1: case 3's A/B; AB=sdpa: layouts; AB=streams: batch_streams)"; exit 3; }
 source scripts/device_prelude.sh >/dev/null
 if [ "$AB" = sdpa ]; then  # case 14's attention through each SDPA backend and layout
   nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active \

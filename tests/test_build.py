@@ -745,3 +745,34 @@ def test_the_forward_lands_in_a_given_output_buffer(plan: Plan, cpu_device, monk
     chunks = 2 if plan.batch_chunk else 1
     # each chunk's forward stored into the buffer's own rows
     assert handed == ([1] * chunks if backend.fused else []), handed
+
+
+def test_batch_streams_rules(cpu_device) -> None:
+    cfg = TransformerConfig(8, 16, 32, 2, 64, 1, True)
+    h100 = DeviceInfo("cuda", "NVIDIA H100", (9, 0), 80 << 30, 232448, 132)
+    streamed = Plan(attention="sdpa_cudnn", attn_precision="fp16", batch_chunk=2, batch_streams=2)
+    assert not_supported_reasons(streamed, cfg, h100) == []
+    assert any("needs CUDA streams" in r for r in not_supported_reasons(streamed, cfg, cpu_device))
+    whole = streamed.replace(batch_chunk=0)
+    assert any("set batch_chunk > 0" in r for r in not_supported_reasons(whole, cfg, h100))
+    for other in ({"cuda_graph": True}, {"host_io": True}, {"compile": "default"}):
+        reasons = not_supported_reasons(streamed.replace(**other), cfg, h100)
+        assert any("runs the eager chunked forward" in r for r in reasons), other
+    # the default leaves every existing plan's hash and description as they were
+    assert "batch_streams" not in Plan(batch_chunk=2).describe()
+    with pytest.raises(ValueError, match="batch_streams"):
+        Plan.from_dict({"batch_streams": 0})
+
+
+def test_batch_streams_counts_each_chunk_in_flight_in_the_peak() -> None:
+    from autotune.measure import predict_peak_bytes
+
+    cfg = TransformerConfig(8, 1024, 256, 4, 1024, 2, True)
+    one = predict_peak_bytes(Plan(batch_chunk=2), cfg)
+    two = predict_peak_bytes(Plan(batch_chunk=2, batch_streams=2), cfg)
+    four = predict_peak_bytes(Plan(batch_chunk=2, batch_streams=4), cfg)
+    whole = predict_peak_bytes(Plan(batch_chunk=2, batch_streams=8), cfg)  # 4 chunks only
+    per_chunk = two - one
+    assert per_chunk > 0
+    assert four - one == 3 * per_chunk
+    assert whole == four

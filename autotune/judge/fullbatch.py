@@ -390,8 +390,9 @@ FULL_BATCH_KEYS = (
 
 
 # Knobs that a batch subset cannot rank: at the oracle's one sequence every batch_chunk runs
-# the same forward, so the search and the export's re-measurement see no difference.
-WHOLE_BATCH_KNOBS = ("batch_chunk",)
+# the same forward (one chunk, so one stream whatever batch_streams says), and the search
+# and the export's re-measurement see no difference.
+WHOLE_BATCH_KNOBS = ("batch_chunk", "batch_streams")
 
 
 def _evidence(verified: str, case: Case, cap: int | None) -> list[dict[str, Any]]:
@@ -463,7 +464,11 @@ def whole_batch_choice(
     gain = 1.0 - best["median_wall_s"] / mine["median_wall_s"]
     if plan.hash == winner.plan.hash or gain <= max(spread(best), spread(mine), MIN_GAIN):
         return winner
-    knobs = ", ".join(f"{k}={getattr(plan, k)}" for k in WHOLE_BATCH_KNOBS)
+    knobs = ", ".join(
+        f"{k}={getattr(plan, k)}"
+        for k in WHOLE_BATCH_KNOBS
+        if getattr(plan, k) != getattr(winner.plan, k)
+    )
     note = (
         f"{knobs} from the whole-batch record: {best['median_wall_s']:.3f} s against "
         f"{mine['median_wall_s']:.3f} s a forward ({100 * gain:.1f}% faster; the subset "

@@ -579,6 +579,13 @@ def test_the_whole_batch_record_picks_the_knobs_a_subset_cannot_rank(tmp_path) -
     chosen = whole_batch_choice(_Winner(base), case, sel, str(rec), log=lambda _: None)
     assert chosen.plan == b4 and chosen.trial is None
     assert "batch_chunk=4 from the whole-batch record: 1.401 s against 1.523 s" in chosen.reason
+    # batch_streams is the other such knob: taken with the chunk it was timed at
+    streamed = b4.replace(batch_streams=2)
+    rec.write_text(json.dumps({"routes": [*routes, _route(streamed, [1.36, 1.362, 1.365])]}))
+    chosen = whole_batch_choice(_Winner(base), case, sel, str(rec), log=lambda _: None)
+    assert chosen.plan == streamed
+    assert "batch_chunk=4, batch_streams=2 from the whole-batch record: 1.362 s" in chosen.reason
+    rec.write_text(json.dumps({"command": "autotune long", "commit": "abc", "routes": routes}))
     # Not in the record (nothing timed beside it), no record, not admitted: as it is.
     alone = base.replace(poly_exact_prefix=1024)
     for winner, path in ((_Winner(alone), str(rec)), (_Winner(base), None)):
