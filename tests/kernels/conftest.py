@@ -6,7 +6,10 @@ modules are imported right away, whatever order the test modules are collected i
 run over all of ``tests/`` the variable stays set for the whole session.
 
 To run the same tests on a GPU with compiled kernels:
-``KERNELS_TEST_DEVICE=cuda python -m pytest tests/kernels`` (leaves TRITON_INTERPRET alone).
+``KERNELS_TEST_DEVICE=cuda python -m pytest tests/kernels`` (leaves TRITON_INTERPRET alone),
+or ``TRITON_INTERPRET=0`` on a machine with a GPU (the device prelude's setting): then a run
+over all of ``tests/`` compiles the kernels for ``tests/device`` too, which the interpreter
+cannot run on CUDA tensors.
 Test modules skip themselves when triton is not installed.
 """
 
@@ -18,7 +21,23 @@ import os
 
 import pytest
 
-TEST_DEVICE = os.environ.get("KERNELS_TEST_DEVICE", "cpu")
+
+def _test_device() -> str:
+    """KERNELS_TEST_DEVICE when set; else "cuda" where the caller asked for compiled kernels
+    (``TRITON_INTERPRET=0``, as ``scripts/device_prelude.sh`` exports) and a GPU is there,
+    so one run over ``tests/`` on the GPU machine compiles every kernel; else "cpu"."""
+    explicit = os.environ.get("KERNELS_TEST_DEVICE")
+    if explicit:
+        return explicit
+    if os.environ.get("TRITON_INTERPRET") == "0":
+        import torch
+
+        if torch.cuda.is_available():
+            return "cuda"
+    return "cpu"
+
+
+TEST_DEVICE = _test_device()
 if TEST_DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 
