@@ -6,7 +6,8 @@
 - A fused layer's graph stores its output into the ring buffer itself (no copy).
 - Every entry of every table made for this device runs its steady-state calls with no
   host synchronisation (``torch.cuda.set_sync_debug_mode("error")``), on the same input
-  again (the bound graph) and on a fresh one (copied in).
+  again (the bound graph) and on a fresh one (copied in); except a plan that reads the mask
+  on the host where the oracle judges (case 14), which the export allows there.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from autotune.core.reference import (
     check_outputs,
     generate_random_case,
 )
+from autotune.judge.gate import dense_reference_fits
 from autotune.plan import Plan
 from autotune.runtime import DispatchedTransformer, compatibility_problems, load_table, serving
 
@@ -146,6 +148,14 @@ def _shipped_entries():
 def test_shipped_entries_are_free_of_host_synchronisation(path, case):
     if path is None:
         pytest.skip("no table in tables/ is made for this device")
+    entries = load_table(path).entries
+    plan = Plan.from_dict(
+        next(e for k, e in entries.items() if tuple(k) == case.key.as_tuple())["plan"]
+    )
+    if plan.reads_mask_on_host and not dense_reference_fits(case, detect_device("cuda")):
+        # The export's rule (autotune/ship/select.py): where the oracle judges (case 14, a
+        # forward of seconds, streamed, never graphed) a mask read per call is allowed.
+        pytest.skip("an oracle-judged shape's plan that reads the mask on the host: allowed")
     model = DispatchedTransformer(case.config, table=path)
     model.load_state_dict(build_reference(case.config, "cpu").state_dict())
     model = model.cuda().eval()

@@ -181,15 +181,16 @@ def test_row_mask_without_zeroing_flag_is_rejected_not_ignored() -> None:
         )
 
 
-def test_rejects_row_mask_of_wrong_dtype_or_size() -> None:
-    inputs = make_inputs(1, 4, 40)
+def test_rejects_row_mask_of_wrong_dtype_or_size(device: str) -> None:
+    # On the device's tensors: the checks after the device check must see a valid device.
+    inputs = {k: v.to(device) for k, v in make_inputs(1, 4, 40).items() if v is not None}
     with pytest.raises(ValueError, match=r"row_mask has dtype torch\.int64"):
         add_layernorm(
             inputs["x"],
             None,
             inputs["weight"],
             inputs["bias"],
-            row_mask=torch.ones(4, dtype=torch.int64),
+            row_mask=torch.ones(4, dtype=torch.int64, device=device),
             zero_out_rows=True,
         )
     with pytest.raises(ValueError, match="expected 4 rows"):
@@ -198,7 +199,7 @@ def test_rejects_row_mask_of_wrong_dtype_or_size() -> None:
             None,
             inputs["weight"],
             inputs["bias"],
-            row_mask=torch.ones(5, dtype=torch.bool),
+            row_mask=torch.ones(5, dtype=torch.bool, device=device),
             zero_out_rows=True,
         )
 
