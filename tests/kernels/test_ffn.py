@@ -89,7 +89,8 @@ def test_bias_gelu_on_a_half_gemm_output_rounds_once_like_a_cast(device: str, ha
     else:
         exact = cast.float().cpu()
         assert bool(((in_place.float().cpu() - exact).abs() <= exact.abs() * 2.0**-7).all())
-    assert torch.equal(into_fp32.cpu(), bias_gelu(y.float(), bias, block=64))
+    want = bias_gelu(y.float().to(device), bias.to(device), block=64)
+    assert torch.equal(into_fp32.cpu(), want.cpu())
 
 
 @pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
