@@ -28,10 +28,17 @@ def _masks(batch: int, seq_len: int, seed: int) -> torch.Tensor:
 
 def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"{'B':>3} {'S':>5} {'H':>3} {'hd':>4} {'causal':>6} {'bm':>3} {'bn':>3} {'prec':>5} "
-          f"{'max|plain-bounded|':>19} {'n_diff':>7} {'plain_err':>10} {'bounded_err':>11} rule")
-    shapes = [(5, 45, 2, 16, 16, 16), (5, 45, 2, 16, 32, 16), (5, 45, 2, 16, 16, 32),
-              (5, 300, 4, 64, 64, 64), (5, 1024, 8, 64, 64, 64)]
+    print(
+        f"{'B':>3} {'S':>5} {'H':>3} {'hd':>4} {'causal':>6} {'bm':>3} {'bn':>3} {'prec':>5} "
+        f"{'max|plain-bounded|':>19} {'n_diff':>7} {'plain_err':>10} {'bounded_err':>11} rule"
+    )
+    shapes = [
+        (5, 45, 2, 16, 16, 16),
+        (5, 45, 2, 16, 32, 16),
+        (5, 45, 2, 16, 16, 32),
+        (5, 300, 4, 64, 64, 64),
+        (5, 1024, 8, 64, 64, 64),
+    ]
     for batch, seq_len, heads, hd, bm, bn in shapes:
         gen = torch.Generator().manual_seed(3)
         qkv = torch.randn(batch, seq_len, 3 * heads * hd, generator=gen)
@@ -50,9 +57,11 @@ def main() -> None:
                 cb = compare(bounded.cpu()[ok], ref[ok], rule)
                 pe = (plain.cpu()[ok] - ref[ok]).abs().max().item()
                 be = (bounded.cpu()[ok] - ref[ok]).abs().max().item()
-                print(f"{batch:>3} {seq_len:>5} {heads:>3} {hd:>4} {causal!s:>6} {bm:>3} {bn:>3} "
-                      f"{precision:>5} {diff.max().item():>19.3e} {int((diff > 0).sum()):>7} "
-                      f"{pe:>10.3e} {be:>11.3e} {'pass' if cp.passed and cb.passed else 'FAIL'}")
+                print(
+                    f"{batch:>3} {seq_len:>5} {heads:>3} {hd:>4} {causal!s:>6} {bm:>3} {bn:>3} "
+                    f"{precision:>5} {diff.max().item():>19.3e} {int((diff > 0).sum()):>7} "
+                    f"{pe:>10.3e} {be:>11.3e} {'pass' if cp.passed and cb.passed else 'FAIL'}"
+                )
 
 
 if __name__ == "__main__":
