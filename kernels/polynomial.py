@@ -1130,12 +1130,12 @@ def polynomial_attention(
     if isinstance(exact_prefix, bool) or not isinstance(exact_prefix, int) or exact_prefix < 0:
         raise ValueError(f"exact_prefix={exact_prefix!r} must be an int >= 0 (0 = no exact rows)")
     exact = _exact_kwargs(exact_kwargs, precision)
+    scale = _check_scale(scale, head_dim)  # every argument checked before the device
     if out is None:
         out = torch.empty(q.shape, device=q.device, dtype=torch.float32)
     check_out(out, q.shape)
     check_launch_device(_output_kernel, {"q": q, "k": k, "v": v, "out": out})
     check_int32_offsets({"q": q, "k": k, "v": v, "out": out}, seq_len, head_dim)
-    scale = _check_scale(scale, head_dim)
     if q.numel() == 0:
         return out
     n_exact = min(exact_prefix, seq_len)

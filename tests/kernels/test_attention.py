@@ -402,20 +402,14 @@ def test_cpu_is_supported_only_for_interpreted_kernels(device: str) -> None:
     assert device_reasons("cuda", compiled_kernel) == []
 
 
-def test_half_inputs_are_taken_as_is_when_they_are_the_operand_type() -> None:
-    import torch
-
-    from kernels.attention import attention, attention_reference
-
+def test_half_inputs_are_taken_as_is_when_they_are_the_operand_type(device: str) -> None:
     torch.manual_seed(7)
     q, k, v = (torch.randn(2, 37, 2, 24) for _ in range(3))
     ref = attention_reference(q.half().float(), k.half().float(), v.half().float(), causal=True)
-    out = attention(
-        q.half(), k.half(), v.half(), causal=True, precision="fp16", block_m=16, block_n=16
-    )
+    qh, kh, vh = to_device(device, q.half(), k.half(), v.half())
+    out = attention(qh, kh, vh, causal=True, precision="fp16", block_m=16, block_n=16)
     assert out.dtype == torch.float32
-    err = (out - ref).abs()
-    assert bool(((err <= 2e-3) | (err <= 2e-2 * ref.abs())).all())
+    assert_matches(out, ref, "fp16")
 
 
 def test_half_inputs_with_a_float_precision_are_refused_naming_the_dtype() -> None:
@@ -460,7 +454,13 @@ def test_key_bounds_leave_the_result_unchanged(
     kwargs = dict(causal=causal, key_mask=mask, block_m=block_m, block_n=block_n, precision="ieee")
     plain = attention(q, k, v, **kwargs)
     bounded = attention(q, k, v, key_bounds=key_mask_bounds(mask), **kwargs)
-    assert torch.equal(plain, bounded)
+    if device == "cpu":
+        assert torch.equal(plain, bounded)  # the interpreter: the same operations, bit for bit
+    else:
+        # compiled, the unmasked prefix loop and the masked loop are different instruction
+        # sequences: within rounding (an H100, session 40: at most 1.8e-7 apart in ieee,
+        # scripts/key_bounds_diff.py), never bit-equal by contract
+        assert float((plain - bounded).abs().max()) <= 1e-6
     ref = attention_reference(q.cpu(), k.cpu(), v.cpu(), causal=causal, key_mask=mask.cpu())
     ok = ref.isfinite()  # query rows with no valid key: 0 here, NaN in the reference
     assert torch.allclose(bounded.cpu()[ok], ref[ok], atol=1e-4, rtol=1e-4)

@@ -185,7 +185,9 @@ def test_not_supported_reasons_refuses(overrides: dict, expected: str) -> None:
 
 
 def test_128_row_tiles_are_refused_on_cuda_only() -> None:
-    assert plan(block_m=128, precision="fp16", device_type="cpu", capability=None) == []
+    on_cpu = plan(block_m=128, precision="fp16", device_type="cpu", capability=None)
+    # off the interpreter (a compiled GPU run) the CPU is refused as a device, not the tile
+    assert [r for r in on_cpu if not r.startswith("device type 'cpu'")] == []
     assert plan(block_m=64, precision="fp16") == []
 
 

@@ -49,20 +49,20 @@ def test_the_fused_block_is_checked_only_against_a_given_reference() -> None:
     assert sum(c.name.startswith("block/") for c in iter_checks(reference)) == 3
 
 
-def test_kernels_check_match_runs_only_the_named_checks(capsys) -> None:
+def test_kernels_check_match_runs_only_the_named_checks(capsys, device) -> None:
     """`autotune kernels check --match TEXT`: only the checks whose name holds TEXT; a TEXT
     that names none is bad input (exit 2, one line naming it)."""
     from autotune.backends.checks import kernel_checks
     from autotune.cli.main import main
 
-    lines = list(kernel_checks("cpu", match="ffn/bias_gelu"))
+    lines = list(kernel_checks(device, match="ffn/bias_gelu"))
     assert [line.name for line in lines] == [
         "ffn/bias_gelu/B2-S37-N40",
         "ffn/bias_gelu/B2-S37-N40/fp16-io",
     ]
     assert all(line.passed for line in lines)
     # repeated: any of them, each check once (the first also holds the second's text)
-    both = list(kernel_checks("cpu", match=["ffn/bias_gelu", "fp16-io"]))
+    both = list(kernel_checks(device, match=["ffn/bias_gelu", "fp16-io"]))
     names = [line.name for line in both]
     assert set(names) > {line.name for line in lines} and len(set(names)) == len(names)
     assert all("ffn/bias_gelu" in line.name or "fp16-io" in line.name for line in both)

@@ -27,7 +27,10 @@ from kernels.polynomial import (
 
 H200_SMEM = 232448
 TIGHT = Tolerance(atol=1e-5, rtol=1e-5)
-TOLERANCE = {"ieee": TIGHT, "tf32": TIGHT, "fp16": PROJECT_RULE}
+# tf32 rounds the dot operands to 11 significant bits on a GPU (the CPU interpreter computes
+# them in fp32): held to the project rule, like fp16. Compiled on an H100 (session 39) it
+# erred by up to 0.0026 at |ref| 2.14 against the float64 reference.
+TOLERANCE = {"ieee": TIGHT, "tf32": PROJECT_RULE, "fp16": PROJECT_RULE}
 SMALL_TILES = {"block_m": 16, "block_n": 16}
 EXACT_TILES = {"block_m": 16, "block_n": 16}
 
@@ -128,7 +131,7 @@ def _matches_reference(
     )
     assert result.dtype == torch.float32
     tol = TOLERANCE[precision]
-    if exact_prefix and precision != "fp16":
+    if exact_prefix and precision == "ieee":
         tol = Tolerance(atol=2e-5, rtol=2e-5)  # exact rows: fp32 online softmax
     assert_rule(result, reference, tol)
 
@@ -328,7 +331,7 @@ def test_official_like_scores_exact_prefix_rows_are_exact_and_the_rest_is_close(
     exact = attention_reference(q, k, v, causal=True)
     assert_rule(result[:, :16], exact[:, :16], Tolerance(atol=2e-5, rtol=2e-5))
     assert_rule(result, polynomial_reference(q, k, v, causal=True, exact_prefix=16), TIGHT)
-    assert float((result[:, 16:] - exact[:, 16:]).abs().max()) < 0.05
+    assert float((result[:, 16:].cpu() - exact[:, 16:]).abs().max()) < 0.05
 
 
 # --------------------------------------------------------------------------------------
@@ -612,7 +615,7 @@ def test_feature_count_and_workspace_formula() -> None:
     assert cost["workspace_bytes"] == one
 
 
-def test_workspace_formula_matches_what_the_launcher_allocates(monkeypatch) -> None:
+def test_workspace_formula_matches_what_the_launcher_allocates(monkeypatch, device) -> None:
     allocated: list[int] = []
     real_empty = torch.empty
 
@@ -621,7 +624,7 @@ def test_workspace_formula_matches_what_the_launcher_allocates(monkeypatch) -> N
         allocated.append(t.numel() * t.element_size())
         return t
 
-    q, k, v = packed_qkv(2, 45, 3, 16)
+    q, k, v = on_device(device, *packed_qkv(2, 45, 3, 16))
     monkeypatch.setattr(torch, "empty", counting_empty)
     polynomial_attention(q, k, v, causal=True, chunk=16, precision="fp16", **SMALL_TILES)
     monkeypatch.undo()
