@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 40's call: on an H200, finish version 56's bench (scripts/h200_s38_call.sh,
 # PHASES=bench); on any other card, with OFF_H200=tests, the whole compiled kernel and
-# device test run (~265 s on an H100), else nothing (exit 3). Logs in $OUT.
+# device test run (~190-265 s on an H100), with OFF_H200=layers the layer-level equalities
+# (scripts/key_bounds_diff.py --layers), else nothing (exit 3). Logs in $OUT.
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 export PYTHONUNBUFFERED=1
@@ -10,7 +11,15 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exit $?
 fi
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/s40_card.txt"
-[ "${OFF_H200:-}" = tests ] || { echo "not an H200: nothing run"; exit 3; }
+case "${OFF_H200:-}" in
+  tests) ;;
+  layers)
+    source scripts/device_prelude.sh >/dev/null || exit 1
+    timeout 150 python3 scripts/key_bounds_diff.py --layers 2>&1 | grep -v -i warn \
+      | tee "$OUT/s40_layers_diff.log"
+    exit $? ;;
+  *) echo "not an H200: nothing run"; exit 3 ;;
+esac
 source scripts/device_prelude.sh >/dev/null || exit 1
 timeout 420 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short tests/kernels tests/device \
   2>&1 | grep -v -i "benchmarkwarning\|warner(" | tee "$OUT/s40_kernels_gpu_full.log" | tail -60
