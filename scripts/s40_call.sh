@@ -2,7 +2,8 @@
 # Session 40's call: on an H200, finish version 56's bench (scripts/h200_s38_call.sh,
 # PHASES=bench); on any other card, with OFF_H200=tests, the whole compiled kernel and
 # device test run (~190-265 s on an H100), with OFF_H200=layers the layer-level equalities
-# (scripts/key_bounds_diff.py --layers), else nothing (exit 3). Logs in $OUT.
+# (scripts/key_bounds_diff.py --layers), else nothing (exit 3). TESTS narrows the test run
+# (default: tests/kernels tests/device). Logs in $OUT.
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 export PYTHONUNBUFFERED=1
@@ -21,5 +22,6 @@ case "${OFF_H200:-}" in
   *) echo "not an H200: nothing run"; exit 3 ;;
 esac
 source scripts/device_prelude.sh >/dev/null || exit 1
-timeout 420 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short tests/kernels tests/device \
+# shellcheck disable=SC2086  # TESTS is a list of paths and node ids
+timeout 420 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short ${TESTS:-tests/kernels tests/device} \
   2>&1 | grep -v -i "benchmarkwarning\|warner(" | tee "$OUT/s40_kernels_gpu_full.log" | tail -60

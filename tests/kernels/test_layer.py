@@ -274,7 +274,8 @@ def test_rows_with_mask_bounds_give_the_same_output(device: str) -> None:
             expected = ref(x.cpu(), mask.cpu())
         for out in (bounded, plain):
             assert compare(out.cpu(), expected, PROJECT_RULE).passed
-        torch.testing.assert_close(bounded, plain, rtol=1e-3, atol=1e-3)
+        # Measured 2.8e-6 apart on an H100 (session 41, docs/logs/s41/s41_layers_diff.log).
+        torch.testing.assert_close(bounded, plain, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="mask_bounds applies to variant='rows' only"):
         run(True, "heads")
 
@@ -302,7 +303,7 @@ def test_seq_in_place_and_alternating_buffers_give_the_same_result(layers, devic
 def test_staged_residual_gives_the_same_output_bit_for_bit(variant, precision, device) -> None:
     """stage_residual keeps x + attention in the output rows during the FFN instead of in
     registers: the same values, so the same output, in place or not (bit for bit on the
-    interpreter; compiled, within 1e-5); seq refuses it."""
+    interpreter; compiled, within 2e-6); seq refuses it."""
     from autotune.core.reference import build_reference, generate_random_case
 
     cfg = TransformerConfig(3, 37, 40, 5, 72, 2, causal=True)
@@ -322,7 +323,9 @@ def test_staged_residual_gives_the_same_output_bit_for_bit(variant, precision, d
     if device == "cpu":
         assert torch.equal(staged, run(False))
     else:  # compiled: the residual add may contract differently with or without the stage
-        torch.testing.assert_close(staged, run(False), rtol=1e-5, atol=1e-5)
+        # Measured on an H100 (session 41, docs/logs/s41/s41_layers_diff.log): rows fp16
+        # bit for bit, heads ieee 4.8e-7 apart.
+        torch.testing.assert_close(staged, run(False), rtol=1e-6, atol=2e-6)
     with torch.inference_mode():
         assert compare(staged.cpu(), ref(x.cpu(), mask.cpu()), PROJECT_RULE).passed
     with pytest.raises(ValueError, match="stage_residual applies to the post-rows kernel"):
