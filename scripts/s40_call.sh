@@ -3,13 +3,22 @@
 # PHASES=bench); on any other card, with OFF_H200=tests, the whole compiled kernel and
 # device test run (~190-265 s on an H100), with OFF_H200=layers the layer-level equalities
 # (scripts/key_bounds_diff.py --layers), else nothing (exit 3). TESTS narrows the test run
-# (default: tests/kernels tests/device). Logs in $OUT.
+# (default: tests/kernels tests/device); on an H200, TESTS given runs those after the bench.
+# Logs in $OUT.
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 export PYTHONUNBUFFERED=1
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   PHASES=bench bash scripts/h200_s38_call.sh
-  exit $?
+  rc=$?
+  # TESTS given: those tests compiled after the bench too (kept short: ~1 min).
+  if [ -n "${TESTS:-}" ]; then
+    source scripts/device_prelude.sh >/dev/null || exit 1
+    # shellcheck disable=SC2086
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short $TESTS 2>&1 \
+      | grep -v -i "benchmarkwarning\|warner(" | tee "$OUT/s40_kernels_gpu_full.log" | tail -20
+  fi
+  exit $rc
 fi
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/s40_card.txt"
 case "${OFF_H200:-}" in
