@@ -8,16 +8,20 @@
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT}
 export PYTHONUNBUFFERED=1
+# The compiled tests (TESTS, default tests/kernels tests/device) under the device prelude,
+# within $1 seconds, the last $2 lines of the log shown.
+run_tests() {
+  source scripts/device_prelude.sh >/dev/null || exit 1
+  # shellcheck disable=SC2086  # TESTS is a list of paths and node ids
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short \
+    ${TESTS:-tests/kernels tests/device} 2>&1 | grep -v -i "benchmarkwarning\|warner(" \
+    | tee "$OUT/s40_kernels_gpu_full.log" | tail -"$2"
+}
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   PHASES=bench bash scripts/h200_s38_call.sh
   rc=$?
   # TESTS given: those tests compiled after the bench too (kept short: ~1 min).
-  if [ -n "${TESTS:-}" ]; then
-    source scripts/device_prelude.sh >/dev/null || exit 1
-    # shellcheck disable=SC2086
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short $TESTS 2>&1 \
-      | grep -v -i "benchmarkwarning\|warner(" | tee "$OUT/s40_kernels_gpu_full.log" | tail -20
-  fi
+  [ -n "${TESTS:-}" ] && run_tests 120 20
   exit $rc
 fi
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/s40_card.txt"
@@ -30,7 +34,4 @@ case "${OFF_H200:-}" in
     exit $? ;;
   *) echo "not an H200: nothing run"; exit 3 ;;
 esac
-source scripts/device_prelude.sh >/dev/null || exit 1
-# shellcheck disable=SC2086  # TESTS is a list of paths and node ids
-timeout 420 python3 -m pytest -q -p no:cacheprovider -n 8 --tb=short ${TESTS:-tests/kernels tests/device} \
-  2>&1 | grep -v -i "benchmarkwarning\|warner(" | tee "$OUT/s40_kernels_gpu_full.log" | tail -60
+run_tests 420 60
