@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Session 43's call (carry .whl and .whl-cudnn). On an H200: version 56's bench finished
+# (scripts/s40_call.sh; BENCH_S passes through). On any other card: case 14's attention
+# through every cuDNN execution plan and knob the cuDNN frontend can build
+# (scripts/cudnn_attention_plans.py), timed under the power cap against PyTorch's SDPA,
+# with the SM clock, power and throttle reasons sampled beside it. Logs in $OUT.
+set -o pipefail
+export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT} PYTHONUNBUFFERED=1
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  exec bash scripts/s40_call.sh
+fi
+source scripts/device_prelude.sh >/dev/null || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site_cudnn .whl-cudnn/*.whl || exit 1
+export PYTHONPATH=/tmp/site_cudnn:$PYTHONPATH
+LOG="$OUT/s43_cudnn_plans.log"
+nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$LOG"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,clocks_event_reasons.active \
+  --format=csv -lms 100 > "$OUT/s43_cudnn_plans_clocks.csv" & P=$!
+timeout "${PROBE_S:-420}" python3 scripts/cudnn_attention_plans.py ${PROBE_ARGS:-} 2>&1 \
+  | grep -v -i "warn" | tee -a "$LOG"
+rc=$?
+kill $P
+exit $rc
