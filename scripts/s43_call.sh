@@ -12,6 +12,7 @@ fi
 source scripts/device_prelude.sh >/dev/null || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site_cudnn .whl-cudnn/*.whl || exit 1
+python3 -m zipfile -e .whl-cudnn/nvidia_cudnn_frontend-*-trimmed.zip /tmp/site_cudnn || exit 1
 export PYTHONPATH=/tmp/site_cudnn:$PYTHONPATH
 LOG="$OUT/s43_cudnn_plans.log"
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$LOG"
