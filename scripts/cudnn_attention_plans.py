@@ -99,6 +99,7 @@ def main() -> None:
     t0 = time.perf_counter()
     engines: set[int] = set()
     base_knobs: dict[int, dict[Any, int]] = {}
+    lowered: Any = None
     for mode in ("A", "B", "FALLBACK"):
         try:
             g, pack = new_graph()
@@ -108,6 +109,7 @@ def main() -> None:
         except Exception as exc:  # a probe: say what failed, go on
             print(f"heur_mode.{mode}: no plans ({type(exc).__name__}: {str(exc)[:200]})")
             continue
+        lowered = lowered or g  # a graph the backend has planned: it answers knob queries
         print(f"heur_mode.{mode}: {count} plans")
         for i in range(count):
             try:
@@ -134,8 +136,7 @@ def main() -> None:
     # Each engine's knobs, one value changed at a time from the heuristics' first plan.
     for eid in sorted(engines):
         try:
-            g, _ = new_graph()
-            knobs = g.get_knobs_for_engine(eid)
+            knobs = lowered.get_knobs_for_engine(eid)
         except Exception as exc:
             print(f"engine {eid}: knobs unknown ({type(exc).__name__}: {str(exc)[:160]})")
             continue
