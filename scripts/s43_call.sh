@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Session 43's call (carry .whl and .whl-cudnn). On an H200: version 56's bench finished
-# (scripts/s40_call.sh; BENCH_S passes through). On any other card: case 14's attention
+# (scripts/s40_call.sh; BENCH_S passes through). On any other card, with PROBE=1: case 14's attention
 # through every cuDNN execution plan and knob the cuDNN frontend can build
 # (scripts/cudnn_attention_plans.py), timed under the power cap against PyTorch's SDPA,
-# with the SM clock, power and throttle reasons sampled beside it. Logs in $OUT.
+# with the SM clock, power and throttle reasons sampled beside it; without PROBE=1, nothing
+# (exit 3). Logs in $OUT.
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT} PYTHONUNBUFFERED=1
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exec bash scripts/s40_call.sh
 fi
+[ "${PROBE:-}" = 1 ] || { nvidia-smi --query-gpu=name --format=csv,noheader; echo "not an H200: nothing run (PROBE=1: the cuDNN plans probe)"; exit 3; }
 source scripts/device_prelude.sh >/dev/null || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site_cudnn .whl-cudnn/*.whl || exit 1
