@@ -97,7 +97,6 @@ def main() -> None:
     plans: list[tuple[str, Any, int, dict[Any, torch.Tensor]]] = []
     seen: set[str] = set()
     t0 = time.perf_counter()
-    engines: set[int] = set()
     base_knobs: dict[int, dict[Any, int]] = {}
     lowered: Any = None
     for mode in ("A", "B", "FALLBACK"):
@@ -115,7 +114,6 @@ def main() -> None:
             try:
                 name = g.get_plan_name_at_index(i)
                 eid, knobs = g.get_engine_and_knobs_at_index(i)
-                engines.add(int(eid))
                 base_knobs.setdefault(int(eid), dict(knobs))
             except Exception as exc:
                 print(f"  [{i}] unnamed ({type(exc).__name__}: {str(exc)[:120]})")
@@ -134,7 +132,7 @@ def main() -> None:
             plans.append((label, g, i, pack))
 
     # Each engine's knobs, one value changed at a time from the heuristics' first plan.
-    for eid in sorted(engines):
+    for eid in sorted(base_knobs):
         try:
             knobs = lowered.get_knobs_for_engine(eid)
         except Exception as exc:
