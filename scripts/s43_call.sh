@@ -3,14 +3,23 @@
 # (scripts/s40_call.sh; BENCH_S passes through). On any other card, with PROBE=1: case 14's attention
 # through every cuDNN execution plan and knob the cuDNN frontend can build
 # (scripts/cudnn_attention_plans.py), timed under the power cap against PyTorch's SDPA,
-# with the SM clock, power and throttle reasons sampled beside it; without PROBE=1, nothing
-# (exit 3). Logs in $OUT.
+# with the SM clock, power and throttle reasons sampled beside it; with PROBE=bits (session
+# 44), the same attention on q, k, v with their lowest mantissa bits cleared
+# (scripts/operand_bits_power.py; needs only .whl); otherwise nothing (exit 3). Logs in $OUT.
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT} PYTHONUNBUFFERED=1
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   exec bash scripts/s40_call.sh
 fi
-[ "${PROBE:-}" = 1 ] || { nvidia-smi --query-gpu=name --format=csv,noheader; echo "not an H200: nothing run (PROBE=1: the cuDNN plans probe)"; exit 3; }
+if [ "${PROBE:-}" = bits ]; then
+  source scripts/device_prelude.sh >/dev/null || exit 1
+  LOG="$OUT/s44_operand_bits.log"
+  nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$LOG"
+  timeout "${PROBE_S:-300}" python3 scripts/operand_bits_power.py ${PROBE_ARGS:-} 2>&1 \
+    | grep -v -i "warn" | tee -a "$LOG"
+  exit $?
+fi
+[ "${PROBE:-}" = 1 ] || { nvidia-smi --query-gpu=name --format=csv,noheader; echo "not an H200: nothing run (PROBE=1: the cuDNN plans probe; PROBE=bits: the operand bits probe)"; exit 3; }
 source scripts/device_prelude.sh >/dev/null || exit 1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /tmp/site_cudnn .whl-cudnn/*.whl || exit 1
