@@ -474,13 +474,19 @@ class CandidateTransformer(ReferenceTransformer):
         # fp16/bf16 GEMMs feeding attention of the same precision hand over their half
         # output as is: no round trip through fp32 (two kernels and 3x the bytes saved).
         keep = half_qkv(self.plan)
+        drop = self.plan.attn_drop_bits  # > 0 only with half q, k, v (drop_bits_reasons)
         if self.plan.qkv == "packed":
             qkv = self._linear(h, w.qkv_w, w.qkv_b, keep_half=keep)
+            if drop:
+                round_mantissa_(qkv, drop)  # the GEMM's own output: one pass, in place
             q, k, v = qkv.split(d, dim=-1)
         else:
             q = self._linear(h, *w.q, keep_half=keep)
             k = self._linear(h, *w.k, keep_half=keep)
             v = self._linear(h, *w.v, keep_half=keep)
+            if drop:
+                for t in (q, k, v):
+                    round_mantissa_(t, drop)
         backend = self._attention_backend
         if kind == MASK_GENERAL and not backend.general_masks:
             backend = backends.attention("reference")  # the reference's arithmetic serves
@@ -489,6 +495,14 @@ class CandidateTransformer(ReferenceTransformer):
         # row reads (keys are masked, rows are independent) and the layer's end zeroes
         # them in x: the same result, two kernels fewer per layer.
         return self._linear(backend.attend(call), w.out_w, w.out_b, keep_half=keep_half)
+
+
+def round_mantissa_(t: Tensor, drop: int) -> None:
+    """``attn_drop_bits``: ``t`` rounded in place (kernels.mantissa, imported on first use:
+    Triton fixes interpreter mode per kernel at import)."""
+    from kernels.mantissa import round_mantissa_ as rounded_in_place
+
+    rounded_in_place(t, drop)
 
 
 # The C method itself: torch's Python wrapper adds a debug tracker check per replay.

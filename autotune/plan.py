@@ -89,6 +89,16 @@ KNOBS: tuple[Knob, ...] = (
         needs={"bf16": "CUDA sm_80+ or CPU", "fp16": "any device (slow on CPU)"},
     ),
     Knob(
+        "attn_drop_bits",
+        0,
+        "the per-layer path's half q, k, v rounded to nearest with their lowest N mantissa "
+        "bits cleared, in place, before the attention (0 = off): fewer operand bits flip in "
+        "the tensor cores, so an attention at the power cap runs at a higher clock; coarser "
+        "operands, held to the rule like any precision. Above 0 it needs gemm_precision = "
+        "attn_precision = fp16 (N <= 9) or bf16 (N <= 6), no fused layer and compile none",
+        int_range=(0, 9),
+    ),
+    Knob(
         "gemm_precision",
         "fp32",
         "operand precision of the projection and FFN GEMMs (fp32 accumulation)",
@@ -554,6 +564,7 @@ class Plan:
     heads: str = "contiguous"
     mask: str = "apply"
     attn_precision: str = "fp32"
+    attn_drop_bits: int = 0
     gemm_precision: str = "fp32"
     batch_chunk: int = 0
     batch_streams: int = 1

@@ -15,8 +15,16 @@ if [ "${PROBE:-}" = bits ]; then
   source scripts/device_prelude.sh >/dev/null || exit 1
   LOG="$OUT/s44_operand_bits.log"
   nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$LOG"
-  timeout "${PROBE_S:-300}" python3 scripts/operand_bits_power.py ${PROBE_ARGS:-} 2>&1 \
+  timeout "${PROBE_S:-150}" python3 scripts/operand_bits_power.py ${PROBE_ARGS:-} 2>&1 \
     | grep -v -i "warn" | tee -a "$LOG"
+  # The exact route with q, k, v rounded (attn_drop_bits 1, 2) beside it, judged against
+  # one seed's oracle output: failed elements, worst share, a forward's time each.
+  [ "${LONG:-1}" = 1 ] || exit 0
+  gpu=h100  # this branch runs off an H200 only; the lent kinds are H100 and H200
+  plan=$(cat docs/plans/c14_exact_cudnn_b4_ln.json)
+  timeout "${LONG_S:-240}" python3 -m autotune long --case 14 --seeds 1 --route "$gpu=$plan" \
+    --route "$gpu=${plan%\}}, \"attn_drop_bits\": 1}" --route "$gpu=${plan%\}}, \"attn_drop_bits\": 2}" \
+    --out "$OUT/s44_drop_bits_long.json" 2>&1 | grep -v -i "warn" | tee "$OUT/s44_drop_bits_long.log"
   exit $?
 fi
 [ "${PROBE:-}" = 1 ] || { nvidia-smi --query-gpu=name --format=csv,noheader; echo "not an H200: nothing run (PROBE=1: the cuDNN plans probe; PROBE=bits: the operand bits probe)"; exit 3; }

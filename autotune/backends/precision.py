@@ -39,12 +39,40 @@ def operand_bytes(prec: str) -> int:
     return 2 if prec in DTYPES else 4
 
 
+# The mantissa bits of each half precision (attn_drop_bits clears fewer than that).
+MANTISSA_BITS = {"fp16": 10, "bf16": 7}
+
+
 def reasons(plan: Any, device: DeviceInfo) -> list[str]:
     out = []
     cap = device.capability or (0, 0)
     for what in ("attn_precision", "gemm_precision"):
         if getattr(plan, what) == "bf16" and device.type == "cuda" and cap < (8, 0):
             out.append(f"{what}=bf16 needs sm_80+, device is {device.sm}")
+    return out + drop_bits_reasons(plan)
+
+
+def drop_bits_reasons(plan: Any) -> list[str]:
+    """``attn_drop_bits``: it rounds the half q, k, v the per-layer path's projection hands
+    to the attention (``half_qkv``), in place, outside any compiled region."""
+    n = plan.attn_drop_bits
+    if n == 0:
+        return []
+    what = f"attn_drop_bits={n}"
+    if not half_qkv(plan):
+        return [
+            f"{what} rounds the half q, k, v the projection hands to attention; set "
+            "gemm_precision and attn_precision both to fp16 or both to bf16"
+        ]
+    out = []
+    bits = MANTISSA_BITS[plan.attn_precision]
+    if n >= bits:
+        prec = plan.attn_precision
+        out.append(f"{what}: {prec} has {bits} mantissa bits; clear at most {bits - 1}")
+    if plan.fused_layer != "none" or plan.fused_block:
+        out.append(f"{what} applies to the per-layer path; set fused_layer none, fused_block false")
+    if plan.compile != "none":
+        out.append(f"{what} rounds outside torch.compile; set compile none")
     return out
 
 
