@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._triton import check_launch_device, interpreter_enabled
+from kernels._triton import check_launch_device, is_interpreted
 
 __all__ = ["MANTISSA_BITS", "round_mantissa_", "round_mantissa_reference"]
 
@@ -72,7 +72,7 @@ def round_mantissa_(x: torch.Tensor, drop: int) -> torch.Tensor:
         raise ValueError(f"x has strides {x.stride()}; round a contiguous tensor (its base)")
     if drop == 0 or x.numel() == 0:
         return x
-    if x.device.type != "cuda" and not interpreter_enabled():
+    if x.device.type != "cuda" and not is_interpreted(_round_mantissa_kernel):
         return x.copy_(round_mantissa_reference(x, drop))
     as_int = x.view(torch.int16)
     check_launch_device(_round_mantissa_kernel, {"x": as_int})

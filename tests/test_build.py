@@ -776,3 +776,62 @@ def test_batch_streams_counts_each_chunk_in_flight_in_the_peak() -> None:
     assert per_chunk > 0
     assert four - one == 3 * per_chunk
     assert whole == four
+
+
+def test_attn_drop_bits_rules(cpu_device) -> None:
+    cfg = TransformerConfig(2, 16, 32, 2, 64, 1, True)
+    half = Plan(attention="sdpa_math", attn_precision="fp16", gemm_precision="fp16", qkv="packed")
+    assert not_supported_reasons(half.replace(attn_drop_bits=2), cfg, cpu_device) == []
+    assert not_supported_reasons(half.replace(attn_drop_bits=9), cfg, cpu_device) == []
+    cases = {
+        "both to fp16 or both to bf16": half.replace(gemm_precision="fp32", attn_drop_bits=1),
+        "clear at most 6": half.replace(
+            attn_precision="bf16", gemm_precision="bf16", attn_drop_bits=7
+        ),
+        "set compile none": half.replace(attn_drop_bits=1, compile="default"),
+        "set fused_layer none": half.replace(attn_drop_bits=1, fused_layer="heads"),
+    }
+    for why, plan in cases.items():
+        reasons = not_supported_reasons(plan, cfg, cpu_device)
+        assert any(why in r for r in reasons), (why, reasons)
+    # the default leaves every existing plan's hash and description as they were
+    assert half.replace(attn_drop_bits=0).hash == half.hash
+    assert "attn_drop_bits" not in half.describe()
+    with pytest.raises(ValueError, match="attn_drop_bits"):
+        Plan.from_dict({"attn_drop_bits": 10})
+
+
+@pytest.mark.parametrize("qkv", ["packed", "separate"])
+def test_attn_drop_bits_rounds_what_the_attention_sees(cpu_device, qkv: str) -> None:
+    """The forward with q, k, v rounded: within the rule on a short case, not the fp16
+    forward's bits, and exactly the fp16 forward with its q, k, v rounded by hand."""
+    from kernels.mantissa import round_mantissa_reference
+
+    cfg = TransformerConfig(2, 24, 32, 2, 64, 2, True)
+    ref = ReferenceTransformer(cfg).eval()
+    x = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(3))
+    plan = Plan(attention="sdpa_math", attn_precision="fp16", gemm_precision="fp16", qkv=qkv)
+    plain = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    rounded = build_candidate(plan.replace(attn_drop_bits=3), cfg, cpu_device, ref.state_dict())
+    seen: list[torch.Tensor] = []
+    backend = type(rounded._attention_backend)
+
+    def spy(self, call):  # what the attention is handed, per layer
+        seen.append(torch.cat([call.q, call.k, call.v], dim=-1).clone())
+        return attend(self, call)
+
+    attend = backend.attend
+    with torch.inference_mode():
+        want = ref(x)
+        got_plain = plain(x)
+        backend.attend = spy
+        try:
+            got = rounded(x)
+        finally:
+            backend.attend = attend
+    assert check_outputs(got, want).passed
+    assert not torch.equal(got, got_plain)
+    assert len(seen) == cfg.num_layers
+    for t in seen:
+        assert t.dtype == torch.float16
+        assert torch.equal(round_mantissa_reference(t, 3).view(torch.int16), t.view(torch.int16))

@@ -48,6 +48,7 @@ if importlib.util.find_spec("triton") is not None:
         "kernels.ffn",
         "kernels.layer",
         "kernels.stack",
+        "kernels.mantissa",
     ):
         importlib.import_module(module)
 

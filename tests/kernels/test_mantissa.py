@@ -1,0 +1,67 @@
+"""``attn_drop_bits``'s rounding: the Triton kernel (interpreted on the CPU, compiled with
+the ``device`` fixture's CUDA) bit for bit against its int32 reference, and the reference's
+own properties: round to nearest, low bits clear, signs, zeros, inf and NaN kept, no
+finite value sent to inf."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.mantissa import MANTISSA_BITS, round_mantissa_, round_mantissa_reference
+
+DTYPES = [torch.float16, torch.bfloat16]
+
+
+def _values(dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(7)
+    spread = torch.randn(5003, generator=g) * torch.logspace(-9, 4, 5003)  # subnormals too
+    big = torch.finfo(dtype).max
+    tiny = torch.finfo(dtype).smallest_normal
+    specials = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), big, -big, tiny, 1.0]
+    return torch.cat([spread, torch.tensor(specials)]).to(dtype)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16).to(torch.int32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_kernel_matches_reference_bit_for_bit(device: str, dtype: torch.dtype) -> None:
+    x = _values(dtype)
+    for drop in range(MANTISSA_BITS[dtype]):
+        want = round_mantissa_reference(x, drop)
+        got = x.to(device)
+        assert round_mantissa_(got, drop) is got  # in place
+        assert torch.equal(_bits(got.cpu()), _bits(want)), drop
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reference_rounds_to_nearest_with_low_bits_clear(dtype: torch.dtype) -> None:
+    x = _values(dtype)
+    finite = torch.isfinite(x)
+    normal = finite & (x.abs() >= torch.finfo(dtype).smallest_normal)
+    mantissa = MANTISSA_BITS[dtype]
+    for drop in range(1, mantissa):
+        y = round_mantissa_reference(x, drop)
+        assert torch.equal(_bits(y[finite]) & ((1 << drop) - 1), torch.zeros_like(_bits(y[finite])))
+        assert torch.isfinite(y[finite]).all()  # the largest value rounds down, not to inf
+        assert torch.equal(_bits(y[~finite]), _bits(x[~finite]))  # inf, NaN unchanged
+        assert torch.equal(torch.signbit(y), torch.signbit(x))
+        assert torch.equal(y[x == 0], x[x == 0])
+        # to nearest: within half a step of the coarser grid, relative to the value
+        rel = ((y[normal].float() - x[normal].float()) / x[normal].float()).abs()
+        assert rel.max().item() <= 2.0 ** (drop - mantissa - 1) * 1.0001, drop
+        assert torch.equal(_bits(round_mantissa_reference(y, drop)), _bits(y))  # idempotent
+    assert torch.equal(round_mantissa_reference(x, 0).view(torch.int16), x.view(torch.int16))
+
+
+def test_bad_input_says_what_to_give() -> None:
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        round_mantissa_(torch.zeros(4), 1)
+    with pytest.raises(ValueError, match=r"drop=10 .* 0\.\.9"):
+        round_mantissa_(torch.zeros(4, dtype=torch.float16), 10)
+    with pytest.raises(ValueError, match=r"drop=7 .* 0\.\.6"):
+        round_mantissa_(torch.zeros(4, dtype=torch.bfloat16), 7)
+    with pytest.raises(ValueError, match="contiguous"):
+        round_mantissa_(torch.zeros(4, 4, dtype=torch.float16).t(), 1)
