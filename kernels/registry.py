@@ -338,6 +338,28 @@ def _run_bias_gelu(device: str, half: bool = False) -> CheckResult:
     return _result(out, bias_gelu_reference(y, bias), "ieee")
 
 
+def _run_mantissa(device: str, dtype: torch.dtype) -> CheckResult:
+    """``attn_drop_bits``'s in-place rounding, every drop its dtype allows, on an odd
+    length with zeros, the largest value, inf and NaN: bit for bit the int32 reference."""
+    from kernels.mantissa import MANTISSA_BITS, round_mantissa_, round_mantissa_reference
+
+    x = torch.randn(37, 41, generator=_generator()).mul(8.0)
+    x[0, :5] = torch.tensor([0.0, float("inf"), float("nan"), torch.finfo(dtype).max, -0.0])
+    x = x.to(dtype)
+    worst, wrong = 0.0, []
+    for drop in range(1, MANTISSA_BITS[dtype]):
+        want = round_mantissa_reference(x, drop)
+        got = round_mantissa_(x.to(device), drop).cpu()
+        if not torch.equal(got.view(torch.int16), want.view(torch.int16)):
+            wrong.append(drop)
+        finite = torch.isfinite(want)
+        worst = max(worst, (got.float() - want.float())[finite].abs().max().item())
+    detail = (
+        f"drops 1..{MANTISSA_BITS[dtype] - 1} bit for bit" if not wrong else f"drops {wrong} differ"
+    )
+    return CheckResult(not wrong, worst, detail)
+
+
 @dataclass(frozen=True)
 class LinearCase:
     rows: int
@@ -686,6 +708,12 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             case.name,
             "residual add + LayerNorm vs torch",
             lambda device, c=case: _run_layernorm(c, device),
+        )
+    for dtype in (torch.float16, torch.bfloat16):
+        yield KernelCheck(
+            f"mantissa/round/37x41/{str(dtype).removeprefix('torch.')}",
+            "q, k, v rounded to fewer mantissa bits in place vs the int32 reference",
+            lambda device, dt=dtype: _run_mantissa(device, dt),
         )
     yield KernelCheck(
         "ffn/bias_gelu/B2-S37-N40", "bias + exact GELU epilogue vs torch", _run_bias_gelu
