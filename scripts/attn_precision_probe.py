@@ -3,6 +3,10 @@ reference model against the same model with fp16 GEMMs and the attention's opera
 each precision, on a shorter sequence the CPU can run (the dense reference is exact here).
 
     python3 scripts/attn_precision_probe.py --seq 4096 --seeds 2 --precisions fp16 bf16
+    python3 scripts/attn_precision_probe.py --seq 4096 --precisions fp16 --drop-bits 0 1 2 3
+
+``--drop-bits``: the half q, k, v also rounded with their lowest N mantissa bits cleared
+(the plan knob ``attn_drop_bits``), one row per N.
 
 Prints a row per (seed, precision): pass/fail under the rule, max abs error and the worst
 share of the allowance (1.0 = at the rule's edge). Longer sequences average more keys into
@@ -12,6 +16,7 @@ each context row; the shortest one that fails is enough to rule a precision out.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -33,17 +38,18 @@ def main() -> None:
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--precisions", nargs="+", default=["fp16", "bf16"])
+    parser.add_argument("--drop-bits", type=int, nargs="+", default=[0])
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     config = TransformerConfig(1, args.seq, 1024, 16, 1024, 2, True)  # case 14's dims
     device = detect_device(args.device)
     reference = build_reference(config, device.type)
-    print(f"{'seed':>5} {'attn':>5} {'rule':>5} {'max abs':>9} {'worst':>6} {'s':>5}")
+    print(f"{'seed':>5} {'attn':>5} {'drop':>4} {'rule':>5} {'max abs':>9} {'worst':>6} {'s':>5}")
     for seed in range(1234, 1234 + args.seeds):
         x, mask = generate_random_case(config, device.type, seed=seed)
         with official_settings(), torch.inference_mode():
             want = reference(x, mask)
-            for precision in args.precisions:
+            for precision, drop in itertools.product(args.precisions, args.drop_bits):
                 plan = Plan.from_dict(
                     {
                         "attention": "sdpa_math" if device.type == "cpu" else "sdpa_cudnn",
@@ -51,6 +57,8 @@ def main() -> None:
                         "gemm_precision": "fp16",
                         "qkv": "packed",
                         "heads": "strided",
+                        # rounding needs the GEMMs to hand over q, k, v in the same precision
+                        **({"attn_drop_bits": drop, "gemm_precision": precision} if drop else {}),
                     }
                 )
                 model = build_candidate(plan, config, device, reference.state_dict())
@@ -63,7 +71,7 @@ def main() -> None:
                 )
                 passed = compare(got, want, PROJECT_RULE).passed
                 print(
-                    f"{seed:>5} {precision:>5} {'pass' if passed else 'FAIL':>5} "
+                    f"{seed:>5} {precision:>5} {drop:>4} {'pass' if passed else 'FAIL':>5} "
                     f"{err.max().item():9.2e} {(err / allowance).max().item():6.3f} {seconds:5.1f}",
                     flush=True,
                 )
