@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 43's call (carry .whl and .whl-cudnn). On an H200: version 56's bench finished
-# (scripts/s40_call.sh; BENCH_S passes through). On any other card, with PROBE=1: case 14's attention
+# (scripts/s40_call.sh; BENCH_S passes through), then with PROBE=bits the operand bits probe
+# below. On any other card, with PROBE=1: case 14's attention
 # through every cuDNN execution plan and knob the cuDNN frontend can build
 # (scripts/cudnn_attention_plans.py), timed under the power cap against PyTorch's SDPA,
 # with the SM clock, power and throttle reasons sampled beside it; with PROBE=bits (session
@@ -8,23 +9,31 @@
 # (scripts/operand_bits_power.py; needs only .whl); otherwise nothing (exit 3). Logs in $OUT.
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT} PYTHONUNBUFFERED=1
+# PROBE=bits: case 14's attention on q, k, v with their low mantissa bits cleared, then the
+# exact route at attn_drop_bits 0, 1, 2 (DROPS) judged against one seed's oracle output:
+# failed elements, worst share, a forward's time each.
+operand_bits() {
+  source scripts/device_prelude.sh >/dev/null || exit 1
+  local log="$OUT/s44_operand_bits.log" plan routes=() n
+  nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$log"
+  timeout "${PROBE_S:-150}" python3 scripts/operand_bits_power.py ${PROBE_ARGS:-} 2>&1 \
+    | grep -v -i "warn" | tee -a "$log"
+  [ "${LONG:-1}" = 1 ] || return 0
+  plan=$(cat docs/plans/c14_exact_cudnn_b4_ln.json)
+  for n in ${DROPS:-0 1 2}; do  # profile h100 off an H200: the lent kinds are H100 and H200
+    routes+=(--route "$1=${plan%\}}, \"attn_drop_bits\": $n}")
+  done
+  timeout "${LONG_S:-240}" python3 -m autotune long --case 14 --seeds 1 "${routes[@]}" \
+    --out "$OUT/s44_drop_bits_long.json" 2>&1 | grep -v -i "warn" | tee "$OUT/s44_drop_bits_long.log"
+}
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  exec bash scripts/s40_call.sh
+  bash scripts/s40_call.sh  # the bench first; the probe after it where PROBE=bits
+  rc=$?
+  [ "${PROBE:-}" = bits ] && operand_bits h200
+  exit $rc
 fi
 if [ "${PROBE:-}" = bits ]; then
-  source scripts/device_prelude.sh >/dev/null || exit 1
-  LOG="$OUT/s44_operand_bits.log"
-  nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$LOG"
-  timeout "${PROBE_S:-150}" python3 scripts/operand_bits_power.py ${PROBE_ARGS:-} 2>&1 \
-    | grep -v -i "warn" | tee -a "$LOG"
-  # The exact route with q, k, v rounded (attn_drop_bits 1, 2) beside it, judged against
-  # one seed's oracle output: failed elements, worst share, a forward's time each.
-  [ "${LONG:-1}" = 1 ] || exit 0
-  gpu=h100  # this branch runs off an H200 only; the lent kinds are H100 and H200
-  plan=$(cat docs/plans/c14_exact_cudnn_b4_ln.json)
-  timeout "${LONG_S:-240}" python3 -m autotune long --case 14 --seeds 1 --route "$gpu=$plan" \
-    --route "$gpu=${plan%\}}, \"attn_drop_bits\": 1}" --route "$gpu=${plan%\}}, \"attn_drop_bits\": 2}" \
-    --out "$OUT/s44_drop_bits_long.json" 2>&1 | grep -v -i "warn" | tee "$OUT/s44_drop_bits_long.log"
+  operand_bits h100
   exit $?
 fi
 [ "${PROBE:-}" = 1 ] || { nvidia-smi --query-gpu=name --format=csv,noheader; echo "not an H200: nothing run (PROBE=1: the cuDNN plans probe; PROBE=bits: the operand bits probe)"; exit 3; }
