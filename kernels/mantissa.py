@@ -14,6 +14,8 @@ one write of the tensor on CUDA (Triton); a few torch ops elsewhere (the same bi
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -22,7 +24,10 @@ from kernels._triton import check_launch_device, is_interpreted
 
 __all__ = ["MANTISSA_BITS", "round_mantissa_", "round_mantissa_reference"]
 
-MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7}
+# Stored mantissa bits: fp16 10, bf16 7 (eps = 2^-bits).
+MANTISSA_BITS = {
+    dt: round(-math.log2(torch.finfo(dt).eps)) for dt in (torch.float16, torch.bfloat16)
+}
 # The first non-finite magnitude (exponent all ones): inf, then NaNs.
 _EXP_ALL_ONES = {torch.float16: 0x7C00, torch.bfloat16: 0x7F80}
 _BLOCK = 4096

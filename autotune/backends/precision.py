@@ -5,6 +5,7 @@ accumulation. What each needs, and the helpers every backend computes with."""
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,8 +40,9 @@ def operand_bytes(prec: str) -> int:
     return 2 if prec in DTYPES else 4
 
 
-# The mantissa bits of each half precision (attn_drop_bits clears fewer than that).
-MANTISSA_BITS = {"fp16": 10, "bf16": 7}
+def mantissa_bits(dtype: torch.dtype) -> int:
+    """The stored mantissa bits of a floating dtype (fp16 10, bf16 7)."""
+    return round(-math.log2(torch.finfo(dtype).eps))
 
 
 def reasons(plan: Any, device: DeviceInfo) -> list[str]:
@@ -65,7 +67,7 @@ def drop_bits_reasons(plan: Any) -> list[str]:
             "gemm_precision and attn_precision both to fp16 or both to bf16"
         ]
     out = []
-    bits = MANTISSA_BITS[plan.attn_precision]
+    bits = mantissa_bits(DTYPES[plan.attn_precision])
     if n >= bits:
         prec = plan.attn_precision
         out.append(f"{what}: {prec} has {bits} mantissa bits; clear at most {bits - 1}")
