@@ -16,12 +16,15 @@ operand_bits() {
   source scripts/device_prelude.sh >/dev/null || exit 1
   local log="$OUT/s44_operand_bits.log" plan routes=() n
   nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$log"
-  timeout "${PROBE_S:-150}" python3 scripts/operand_bits_power.py ${PROBE_ARGS:-} 2>&1 \
-    | grep -v -i "warn" | tee -a "$log"
+  [ "${ATTN:-1}" = 1 ] && timeout "${PROBE_S:-150}" python3 scripts/operand_bits_power.py \
+    ${PROBE_ARGS:-} 2>&1 | grep -v -i "warn" | tee -a "$log"
   [ "${LONG:-1}" = 1 ] || return 0
   plan=$(cat docs/plans/c14_exact_cudnn_b4_ln.json)
-  for n in ${DROPS:-0 1 2}; do  # profile h100 off an H200: the lent kinds are H100 and H200
-    routes+=(--route "$1=${plan%\}}, \"attn_drop_bits\": $n}")
+  # VARIANTS: knobs added to the plan, one route each, separated by ";" (default: DROPS)
+  local variants=${VARIANTS:-$(printf '"attn_drop_bits": %s;' ${DROPS:-0 1 2})}
+  IFS=';' read -ra parts <<< "$variants"
+  for v in "${parts[@]}"; do  # profile h100 off an H200: the lent kinds are H100 and H200
+    [ -n "$v" ] && routes+=(--route "$1=${plan%\}}, $v}")
   done
   timeout "${LONG_S:-240}" python3 -m autotune long --case 14 --seeds 1 "${routes[@]}" \
     --out "$OUT/s44_drop_bits_long.json" 2>&1 | grep -v -i "warn" | tee "$OUT/s44_drop_bits_long.log"
