@@ -10,11 +10,12 @@
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT} PYTHONUNBUFFERED=1
 # PROBE=bits: case 14's attention on q, k, v with their low mantissa bits cleared, then the
-# exact route at attn_drop_bits 0, 1, 2 (DROPS) judged against one seed's oracle output:
-# failed elements, worst share, a forward's time each.
+# exact route at attn_drop_bits 0, 1, 2 (DROPS; or any knobs, VARIANTS) judged against one
+# seed's oracle output: failed elements, worst share, a forward's time each. ATTN=0 skips the
+# attention alone, LONG=0 the route.
 operand_bits() {
   source scripts/device_prelude.sh >/dev/null || exit 1
-  local log="$OUT/s44_operand_bits.log" plan routes=() n
+  local log="$OUT/s44_operand_bits.log" plan routes=() parts=() v
   nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader | tee "$log"
   [ "${ATTN:-1}" = 1 ] && timeout "${PROBE_S:-150}" python3 scripts/operand_bits_power.py \
     ${PROBE_ARGS:-} 2>&1 | grep -v -i "warn" | tee -a "$log"
