@@ -565,6 +565,35 @@ def test_workers_show_a_progress_bar(tmp_path, capsys) -> None:
     assert "case smoke-1" in out and "trial" in out and "2/2" in out
 
 
+def test_the_progress_bar_counts_only_the_trials_that_count_toward_n_trials() -> None:
+    """A repeat of a measured plan, a forbidden or refused plan and a trial the harness
+    failed cost no trial: the bar stops at its total and the feasible share stays <= 100%."""
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.core.outcome import OutcomeKind
+    from autotune.search import trials
+    from autotune.search.study import StudyProgress
+
+    def trial(kind: OutcomeKind, state=TrialState.COMPLETE, **extra: object):
+        attrs = {trials.OUTCOME_KIND: kind.value, **extra}
+        values = [0.5, 1.0] if state == TrialState.COMPLETE else None
+        sys_attrs = {"constraints": [-1.0 if kind == OutcomeKind.PASSED else 1.0, -1.0]}
+        return create_trial(state=state, values=values, user_attrs=attrs, system_attrs=sys_attrs)
+
+    state = StudyProgress(total=3)
+    for t in (
+        trial(OutcomeKind.PASSED),
+        trial(OutcomeKind.PASSED, **{trials.DUPLICATE_OF: 0}),
+        trial(OutcomeKind.UNSUPPORTED, **{trials.FORBIDDEN: "qkv"}),
+        trial(OutcomeKind.WRONG_RESULT),
+        trial(OutcomeKind.CRASHED, state=TrialState.FAIL),
+        trial(OutcomeKind.UNSUPPORTED, **{trials.UNSUPPORTED_HERE: "cuda"}),
+    ):
+        state.update(t)
+    assert (state.finished, state.feasible, state.best_speedup) == (2, 1, 2.0)
+    assert state.postfix() == {"best": "2.00x", "feasible": "50%"}
+
+
 def test_bench_csv_is_appended_per_case_and_a_rerun_skips_the_cases_it_holds(
     pipeline, tmp_path, capsys, monkeypatch
 ) -> None:

@@ -140,6 +140,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         )
 
         def show(state: Any) -> None:
+            bar.total = state.total  # --n-trials, or more where named plans wait their turn
             bar.n = state.finished
             bar.set_postfix(state.postfix(), refresh=False)
             bar.refresh()

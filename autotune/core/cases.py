@@ -179,8 +179,8 @@ def get_case(case_id: str) -> Case:
     if "," in case_id:
         return parse_custom(case_id)
     raise ValueError(
-        f"unknown case {case_id!r}; valid ids are 1-14, smoke-1..smoke-{len(SMOKE_CASES)}, "
-        "or a custom 'B,S,d_model,heads,FFN,layers[,causal|noncausal]'"
+        f"unknown case {case_id!r}; valid ids are 1-14, smoke-1..smoke-{len(SMOKE_CASES)} "
+        "(all of them: 'smoke'), or a custom 'B,S,d_model,heads,FFN,layers[,causal|noncausal]'"
     )
 
 

@@ -271,14 +271,16 @@ class StudyProgress:
     """What the progress bar shows: trials, best speedup so far, feasible share."""
 
     total: int = 0
-    finished: int = 0
+    finished: int = 0  # trials that count toward ``total`` (``trials.counts``)
     feasible: int = 0
     best_speedup: float = 0.0
 
     def update(self, trial: FrozenTrial) -> None:
-        self.finished += 1
+        # A repeat, forbidden or refused plan costs no trial: the bar would pass its total.
+        counted = trial.state == TrialState.COMPLETE and trials.counts(trial)
+        self.finished += counted
         if trials.is_feasible(trial):
-            self.feasible += 1
+            self.feasible += counted
             self.best_speedup = max(self.best_speedup, 1.0 / trial.values[0])
 
     def postfix(self) -> dict[str, str]:
@@ -517,7 +519,7 @@ def run_case_study(
     state = StudyProgress(total=n_trials, finished=done_before)
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         if trials.is_feasible(t):
-            state.feasible += 1
+            state.feasible += trials.counts(t)
             state.best_speedup = max(state.best_speedup, 1.0 / t.values[0])
     if remaining <= 0:
         return summarise_study(study, case, 0, start)
