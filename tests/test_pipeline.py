@@ -519,6 +519,42 @@ def test_plot_writes_under_docs_results_and_labels_a_predicted_memory_axis(
     plt.close(fig)
 
 
+def test_the_figure_marks_what_the_table_ships_for_each_study(pipeline) -> None:
+    """A study's shape finds its table entry by case key; the trial it names is marked, and
+    a shipped plan that was never a trial of the study (an anchor) is said in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from autotune.search.trials import case_key_of
+    from autotune.tools.report import Winner, plot_pareto, table_winners
+
+    winners = table_winners(load_table(pipeline["table"]))
+    url = str(pipeline["db"])
+    studies = [
+        optuna.load_study(study_name=s.study_name, storage=url)
+        for s in optuna.get_all_study_summaries(url)
+    ]
+    assert {case_key_of(s) for s in studies} <= set(winners)
+    study = studies[0]
+
+    def legend(winner: Winner) -> list[str]:
+        fig, ax = plt.subplots()
+        plot_pareto(ax, study, winner)
+        texts = [t.get_text() for t in ax.get_legend().get_texts()]
+        labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        plt.close(fig)
+        assert labels and all("10^" not in t and "times" not in t for t in labels), labels
+        return texts
+
+    assert "exported winner" in legend(Winner(study.study_name, 0, "", "trial 0"))
+    shipped_elsewhere = Winner("anchor sdpa", None, "000000000000", "anchor sdpa")
+    assert "exported: anchor sdpa (not a trial here)" in legend(shipped_elsewhere)
+    # A trial number of another study (an older space) is not this study's trial.
+    assert "exported winner" not in legend(Winner("other", 0, "000000000000", "x"))
+
+
 def test_bench_prints_each_case_once_in_aligned_columns(pipeline, capsys, monkeypatch) -> None:
     from autotune.tools.bench import ROW_HEADER, BenchRow, row_line
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -91,7 +92,19 @@ def study_frame(study: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def plot_pareto(ax: Any, study: Any, winner_trial: int | None = None) -> None:
+@dataclasses.dataclass(frozen=True)
+class Winner:
+    """What a table ships for a study's shape: the study and trial it names (no trial
+    where export shipped an anchor or the reference), the plan's hash and where the plan
+    came from."""
+
+    study: str
+    trial: int | None
+    plan_hash: str
+    source: str
+
+
+def plot_pareto(ax: Any, study: Any, winner: Winner | None = None) -> None:
     """Latency (relative to the reference) against peak memory for one study."""
     from autotune.plan import REFERENCE_PLAN
 
@@ -143,26 +156,45 @@ def plot_pareto(ax: Any, study: Any, winner_trial: int | None = None) -> None:
             label="reference",
             zorder=5,
         )
-    if winner_trial is not None:
-        win = frame[frame.trial == winner_trial]
-        ax.scatter(
-            win.peak_mib,
-            win.relative_latency,
-            marker="D",
-            s=70,
-            facecolors="none",
-            edgecolors="blue",
-            linewidths=2,
-            label="exported winner",
-            zorder=6,
-        )
+    if winner is not None:
+        # The trial the table names, else this study's trials of the shipped plan (a
+        # plan export measured itself, an anchor or the reference, may be one of them).
+        named = winner.study == study.study_name and winner.trial is not None
+        win = frame[frame.trial == winner.trial] if named else frame[:0]
+        if win.empty:
+            win = frame[frame.plan_hash == winner.plan_hash]
+        if win.empty:  # shipped, but never a trial here: said in the legend
+            ax.plot([], [], " ", label=f"exported: {winner.source} (not a trial here)")
+        else:
+            ax.scatter(
+                win.peak_mib,
+                win.relative_latency,
+                marker="D",
+                s=70,
+                facecolors="none",
+                edgecolors="blue",
+                linewidths=2,
+                label="exported winner",
+                zorder=6,
+            )
     ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=6, loc="best")
 
 
+def _plain_log_ticks(axis: Any) -> None:
+    """A log axis labelled 0.5, 0.7, 1, 1.5, 2 rather than 5x10^-1: plain numbers at six
+    points a decade (a study's latencies span under a decade, often under an octave)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def plot_studies(
-    studies: list[Any], out: str | Path, winners: dict[str, int | None] | None = None
+    studies: list[Any], out: str | Path, winners: dict[str, Winner] | None = None
 ) -> Path:
     """PNG of Pareto fronts, one panel per study."""
     import matplotlib
@@ -175,7 +207,7 @@ def plot_studies(
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4 * rows), squeeze=False)
     for ax, study in zip(axes.flat, studies, strict=False):
-        plot_pareto(ax, study, (winners or {}).get(study.study_name))
+        plot_pareto(ax, study, (winners or {}).get(trials.case_key_of(study)))
     for ax in list(axes.flat)[len(studies) :]:
         ax.axis("off")
     fig.tight_layout()
@@ -864,12 +896,20 @@ def profile_studies(storage: Any, profile: str, case: str | None = None) -> list
     return sorted(studies.values(), key=lambda s: case_sort_key(trials.case_id_of(s)))
 
 
-def table_winners(table: Any) -> dict[str, int | None]:
-    """Study name -> the trial a table ships (for marking winners in the figures)."""
+def table_winners(table: Any) -> dict[str, Winner]:
+    """Case key (``trials.case_key_of``) -> what the table ships for it (for marking
+    winners in the figures)."""
+    from autotune.core.cases import CaseKey
+
     if table is None:
         return {}
     out = {}
-    for entry in table.entries.values():
+    for key, entry in table.entries.items():
         ev = entry.get("evidence", {})
-        out[ev.get("study", "")] = ev.get("trial")
+        source = ev.get("study", "") if entry.get("admitted") else "the reference"
+        if ev.get("trial") is not None:
+            source = f"trial {ev['trial']} of another study"
+        study = ev.get("study", "")
+        winner = Winner(study, ev.get("trial"), entry.get("plan_hash", ""), source)
+        out[str(CaseKey(*key))] = winner
     return out
