@@ -434,6 +434,11 @@ def test_export_and_buckets_commands_check_their_input(tmp_path, capsys) -> None
     assert "is a table for profile 'h200', not 'cpu'; pass --gpu h200" in capsys.readouterr().err
     assert main(["buckets", "--table", str(tmp_path / "none.py"), "--gpu", "cpu"]) == 2
     assert "does not exist" in capsys.readouterr().err
+    # unseen serves the table here too: another profile's table, or no shapes, is bad input
+    assert main(["unseen", "--table", str(path), "--gpu", "cpu", "--count", "2"]) == 2
+    assert "is a table for profile 'h200', not 'cpu'; pass --gpu h200" in capsys.readouterr().err
+    assert main(["unseen", "--table", str(path), "--gpu", "h200", "--count", "0"]) == 2
+    assert "--count 0: give the number of shapes to draw, 1 or more" in capsys.readouterr().err
     assert main(["study", "--gpu", "cpu", "--cases", "2", "--shapes", "0-4 x 8"]) == 2
     assert "numbers >= 1" in capsys.readouterr().err
 

@@ -19,7 +19,8 @@ def test_compare_prints_and_records_each_plan_beside_the_reference(tmp_path, cap
     )  # fmt: skip
     assert code == 0
     printed = capsys.readouterr().out.splitlines()
-    assert printed[0].startswith("case | plan | kernels/forward | median us | host us/call |")
+    assert printed[0].startswith("| case | plan | kernels/forward | median us | host us/call |")
+    assert printed[1].startswith("|---|---|") and printed[2].startswith("| smoke-1 | reference |")
     rows = json.loads(out.read_text())
     assert [r["plan"] for r in rows] == ["reference", "qkv=packed", "qkv=packed"]
     ref, first, second = rows

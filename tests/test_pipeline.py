@@ -555,6 +555,18 @@ def test_the_figure_marks_what_the_table_ships_for_each_study(pipeline) -> None:
     assert "exported winner" not in legend(Winner("other", 0, "000000000000", "x"))
 
 
+def test_compare_names_a_table_it_has_no_row_for(pipeline, capsys) -> None:
+    """A table without a plan of its own for the case is said, not silently left out."""
+    command = ["compare", "--gpu", "cpu", "--cases", "smoke-2", "--plan", '{"qkv": "packed"}']
+    assert main([*command, "--table", str(pipeline["table"])]) == 0
+    captured = capsys.readouterr()
+    assert "ships no plan of its own for case smoke-2 (no entry): not a row" in captured.err
+    assert [ln.split(" | ")[1] for ln in captured.out.splitlines()[2:]] == [
+        "reference",
+        "qkv=packed",
+    ]
+
+
 def test_bench_prints_each_case_once_in_aligned_columns(pipeline, capsys, monkeypatch) -> None:
     from autotune.tools.bench import ROW_HEADER, BenchRow, row_line
 

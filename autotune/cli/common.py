@@ -66,6 +66,16 @@ def selection(args: argparse.Namespace) -> Any:
     return select_profile(args.gpu, emulate=args.emulate)
 
 
+def check_table_profile(table: Any, profile: str) -> None:
+    """A command that serves ``table`` on this profile's device refuses another profile's
+    table in one line (``validate`` and ``compare`` take one on purpose)."""
+    if table.profile != profile:
+        raise CliError(
+            f"{table.source} is a table for profile {table.profile!r}, not {profile!r}; "
+            f"pass --gpu {table.profile}"
+        )
+
+
 def default_vectors(paths: Sequence[str]) -> list[str]:
     if paths:
         return list(paths)

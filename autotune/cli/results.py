@@ -7,7 +7,14 @@ import json
 import sys
 from pathlib import Path
 
-from autotune.cli.common import CliError, add_gpu, add_storage, open_storage, selection
+from autotune.cli.common import (
+    CliError,
+    add_gpu,
+    add_storage,
+    check_table_profile,
+    open_storage,
+    selection,
+)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -83,24 +90,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not plans and not tables:
         raise ValueError("give at least one --plan or --table")
     timing = OFFICIAL_TIMING if args.official else STUDY_TIMING
+    cases, chosen = select_cases(args.cases), selection(args)  # bad input before any output
+    for table in tables:
+        for case in cases:
+            entry = table.entries.get(case.key.as_tuple())
+            if not (entry and entry.get("admitted")):
+                print(
+                    f"note: {table.source} ships no plan of its own for case {case.id} "
+                    f"({'its entry keeps the reference' if entry else 'no entry'}): not a row",
+                    file=sys.stderr,
+                )
     rows = []
+    # A markdown table: a header, its rule, a row per plan as it is measured.
     print(
-        "case | plan | kernels/forward | median us | host us/call | x reference | x first plan "
-        "| verdict"
+        "| case | plan | kernels/forward | median us | host us/call | x reference | x first plan "
+        "| verdict |\n|---|---|---:|---:|---:|---:|---:|---|"
     )
-    for row in compare_cases(select_cases(args.cases), selection(args), plans, tables, timing):
+    for row in compare_cases(cases, chosen, plans, tables, timing):
         rows.append(row.to_json())
 
         def fmt(v: float | None, spec: str) -> str:
             return "-" if v is None else format(v, spec)
 
         print(
-            f"{row.case} | {row.plan} | {row.kernels if row.kernels is not None else '-'} | "
+            f"| {row.case} | {row.plan} | {row.kernels if row.kernels is not None else '-'} | "
             f"{fmt(row.median_us, '.1f')} | {fmt(row.host_us, '.1f')} | "
             f"{fmt(row.speedup, '.2f')} | "
             f"{fmt(row.vs_first, '.2f')} | "
             + ("pass" if row.passed else "FAIL")
-            + (f" ({row.detail})" if row.detail and not row.passed else ""),
+            + (f" ({row.detail})" if row.detail and not row.passed else "")
+            + " |",
             flush=True,
         )
     if args.json:
@@ -213,13 +232,16 @@ def cmd_unseen(args: argparse.Namespace) -> int:
     from autotune.core.cases import get_case
     from autotune.tools.unseen import draw_shapes, run_unseen, summary
 
+    if args.count < 1:
+        raise CliError(f"--count {args.count}: give the number of shapes to draw, 1 or more")
     chosen = selection(args)
     base = get_case(args.case)
     batch, seq = _span(args.batch, "batch"), _span(args.seq, "seq")
-    if args.list:
-        from autotune.runtime import load_table
+    from autotune.runtime import load_table
 
-        table = load_table(args.table)
+    table = load_table(args.table)
+    check_table_profile(table, chosen.profile.name)
+    if args.list:
         shapes = draw_shapes(base, args.count, batch, seq, args.seed, set(table.entries))
         c = base.config
         kind = "causal" if c.causal else "noncausal"
@@ -392,9 +414,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--tuned, against the best plan of each shape's own study in --storage.",
     )
     add_gpu(p)
-    p.add_argument("--table", required=True)
+    p.add_argument("--table", required=True, help="the table whose dispatcher serves them")
     p.add_argument("--case", default="2", help="the case whose other dims the shapes keep")
-    p.add_argument("--count", type=int, default=30)
+    p.add_argument("--count", type=int, default=30, help="shapes to draw (default 30)")
     p.add_argument("--batch", default="1-128", help="batch range LO-HI (log-uniform)")
     p.add_argument("--seq", default="32-1024", help="sequence-length range LO-HI (log-uniform)")
     p.add_argument("--seed", type=int, default=0)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autotune.cli.common import add_gpu, add_storage, open_storage, selection
+from autotune.cli.common import add_gpu, add_storage, check_table_profile, open_storage, selection
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -54,13 +54,7 @@ def cmd_buckets(args: argparse.Namespace) -> int:
     if table.problems:
         print(f"autotune buckets: {table.source}: {'; '.join(table.problems)}", file=sys.stderr)
         return 2
-    if table.profile != chosen.profile.name:
-        print(
-            f"autotune buckets: {table.source} is a table for profile {table.profile!r}, not "
-            f"{chosen.profile.name!r}; pass --gpu {table.profile}",
-            file=sys.stderr,
-        )
-        return 2
+    check_table_profile(table, chosen.profile.name)
     problems = compatibility_problems(table, chosen.device)
     if problems:
         print(
