@@ -9,6 +9,7 @@ reference, so adding a knob later does not change the hash of an existing plan.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 from collections.abc import Mapping
@@ -641,11 +642,28 @@ class Plan:
         data = {k: v for k, v in data.items() if k not in retired}
         unknown = sorted(set(data) - set(KNOBS_BY_NAME))
         if unknown:
+            close = {u: difflib.get_close_matches(u, KNOBS_BY_NAME, n=1) for u in unknown}
+            hints = [f"{u!r} (did you mean {c[0]!r}?)" for u, c in close.items() if c]
             raise ValueError(
-                f"unknown knob(s) {unknown}; valid knobs: {', '.join(KNOBS_BY_NAME)} "
-                "(run 'autotune knobs' for their values)"
+                f"unknown knob(s) {unknown}"
+                + (f": {', '.join(hints)}" if hints else "")
+                + "; run 'autotune knobs' for every knob and its values"
             )
         return cls(**dict(data))
+
+    @classmethod
+    def from_describe(cls, text: str) -> Plan:
+        """A plan from the ``knob=value ...`` form every command prints (``describe``)."""
+        data: dict[str, Any] = {}
+        for token in text.split():
+            name, sep, raw = token.partition("=")
+            knob = KNOBS_BY_NAME.get(name)
+            if not sep:
+                raise ValueError(f"plan token {token!r}: write knob=value, e.g. qkv=packed")
+            if knob is None:
+                cls.from_dict({name: raw})  # raises: the unknown knob named, with a hint
+            data[name] = _knob_value(knob, raw)
+        return cls.from_dict(data)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -709,8 +727,22 @@ def parse_anchors(spec: str | None) -> list[str]:
     return names
 
 
+def _knob_value(knob: Knob, raw: str) -> Any:
+    """``raw`` as one of ``knob``'s values (as ``describe`` prints them, or as JSON)."""
+    if knob.int_range is not None:
+        try:
+            return int(raw)
+        except ValueError:
+            return raw  # validate names the range
+    for choice in knob.choices:
+        if raw in (str(choice), json.dumps(choice)):
+            return choice
+    return raw  # validate lists the values
+
+
 def parse_plan(text: str) -> Plan:
-    """A plan from CLI text: ``reference``, JSON text, or ``@path/to/plan.json``."""
+    """A plan from CLI text: ``reference``, JSON text, ``@path/to/plan.json``, or the
+    ``knob=value ...`` form every command prints."""
     text = text.strip()
     if text == "reference":
         return REFERENCE_PLAN
@@ -719,4 +751,15 @@ def parse_plan(text: str) -> Plan:
         if not path.is_file():
             raise ValueError(f"plan file {str(path)!r} does not exist")
         text = path.read_text()
-    return Plan.from_json(text)
+    elif "=" in text and not text.startswith("{"):
+        return Plan.from_describe(text)
+    try:
+        return Plan.from_json(text)
+    except ValueError as exc:
+        if "not valid JSON" not in str(exc):
+            raise
+        raise ValueError(
+            f"plan {text[:80]!r} is neither JSON nor knob=value pairs; write e.g. "
+            """'{"attention": "sdpa_flash", "qkv": "packed"}' or """
+            "'attention=sdpa_flash qkv=packed'"
+        ) from None

@@ -29,9 +29,11 @@ def test_hash_is_stable_and_ignores_knobs_left_at_the_default() -> None:
     assert REFERENCE_PLAN.hash == "44136fa355b3"
 
 
-def test_unknown_knob_is_refused_with_the_list_of_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown knob\(s\) \['tile'\].*attention"):
+def test_unknown_knob_is_refused_with_the_nearest_name_and_where_the_list_is() -> None:
+    with pytest.raises(ValueError, match=r"unknown knob\(s\) \['tile'\]; run 'autotune knobs'"):
         Plan.from_json('{"tile": 64}')
+    with pytest.raises(ValueError, match=r"'atention' \(did you mean 'attention'\?\)"):
+        parse_plan("atention=sdpa_flash")
 
 
 def test_a_retired_knob_at_its_default_reads_as_the_plan_without_it() -> None:
@@ -61,8 +63,30 @@ def test_parse_plan_accepts_reference_json_and_files(tmp_path) -> None:
     assert parse_plan(f"@{f}").mask == "elide"
     with pytest.raises(ValueError, match="does not exist"):
         parse_plan("@/nonexistent/plan.json")
-    with pytest.raises(ValueError, match="not valid JSON"):
+    with pytest.raises(ValueError, match="neither JSON nor knob=value pairs; write e"):
         parse_plan("{attention:")
+    with pytest.raises(ValueError, match="plan token 'qkv': write knob=value"):
+        parse_plan("attention=sdpa_flash qkv")
+
+
+def test_parse_plan_reads_back_the_form_every_command_prints() -> None:
+    """``describe`` (what study, export, bench and compare print) parses to the same plan,
+    for every value of every knob."""
+    checked = 0
+    for knob in KNOBS:
+        values = knob.int_range if knob.int_range is not None else knob.choices
+        for value in values:
+            try:
+                plan = Plan.from_dict({knob.name: value})
+            except ValueError:  # a value its own knob's rules refuse alone
+                continue
+            assert parse_plan(plan.describe()) == plan, plan.describe()
+            checked += 1
+    assert checked > 2 * len(KNOBS)
+    mixed = Plan.from_dict({"attention": "sdpa_cudnn", "cuda_graph": True, "attn_drop_bits": 2})
+    assert parse_plan(mixed.describe()) == mixed
+    with pytest.raises(ValueError, match="knob 'attention' has no value 'flash'"):
+        parse_plan("attention=flash")
 
 
 def test_every_knob_default_is_the_plan_default() -> None:
