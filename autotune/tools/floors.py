@@ -109,29 +109,41 @@ def _fmt(value: float | None, spec: str, width: int) -> str:
 
 
 def floors_table(floors: list[Floor], measured: dict[str, Any] | None = None) -> str:
-    """The floors as aligned columns; with ``measured`` (case -> bench row) the device time
-    and kernels per forward measured, and measured / floor."""
-    head = (
-        f"{'case':<6} {'GFLOP':>8} {'fp16 us':>8} {'tf32 us':>8} {'min MB':>8} {'layer MB':>9} "
-        f"{'bytes us':>9} {'launch':>7} {'floor us':>9}"
-    )
+    """The floors as aligned columns (each as wide as its widest cell: case 14's figures run
+    to seven digits); with ``measured`` (case -> bench row) the device time and kernels per
+    forward measured, and measured / floor."""
+    head = ["case", "GFLOP", "fp16 us", "tf32 us", "min MB", "layer MB", "bytes us"]
+    head += ["launch us", "floor us"]
     if measured is not None:
-        head += f" {'GPU us':>9} {'kernels':>8} {'x floor':>8}"
-    lines = [head]
+        head += ["GPU us", "kernels", "x floor"]
+    rows = []
     for f in floors:
-        line = (
-            f"{f.case:<6} {_fmt(f.flops / 1e9, '.2f', 8)} {_fmt(f.fp16_us, '.1f', 8)} "
-            f"{_fmt(f.tf32_us, '.1f', 8)} {_fmt(f.min_bytes / 1e6, '.1f', 8)} "
-            f"{_fmt(f.layer_bytes / 1e6, '.1f', 9)} {_fmt(f.bytes_us, '.1f', 9)} "
-            f"{_fmt(f.launch_us, '.0f', 7)} {_fmt(f.floor_us, '.1f', 9)}"
-        )
+        cells = [
+            f.case,
+            _fmt(f.flops / 1e9, ".2f", 0),
+            _fmt(f.fp16_us, ".1f", 0),
+            _fmt(f.tf32_us, ".1f", 0),
+            _fmt(f.min_bytes / 1e6, ".1f", 0),
+            _fmt(f.layer_bytes / 1e6, ".1f", 0),
+            _fmt(f.bytes_us, ".1f", 0),
+            _fmt(f.launch_us, ".0f", 0),
+            _fmt(f.floor_us, ".1f", 0),
+        ]
         if measured is not None:
             row = measured.get(f.case)
             gpu = getattr(row, "gpu_us", None)
             kernels = getattr(row, "kernels", None)
-            line += (
-                f" {_fmt(gpu, '.1f', 9)} {_fmt(kernels, '.0f', 8)} "
-                f"{_fmt(gpu / f.floor_us if gpu else None, '.1f', 8)}"
-            )
-        lines.append(line)
+            cells += [
+                _fmt(gpu, ".1f", 0),
+                _fmt(kernels, ".0f", 0),
+                _fmt(gpu / f.floor_us if gpu else None, ".1f", 0),
+            ]
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        padded = [c.rjust(w) for c, w in zip(cells, widths, strict=True)]
+        return " ".join([cells[0].ljust(widths[0]), *padded[1:]]).rstrip()
+
+    lines = [line(r) for r in [head, *rows]]
     return "\n".join(lines)

@@ -184,11 +184,14 @@ def plot_pareto(ax: Any, study: Any, winner: Winner | None = None) -> None:
 
 
 def _plain_log_ticks(axis: Any) -> None:
-    """A log axis labelled 0.5, 0.7, 1, 1.5, 2 rather than 5x10^-1: plain numbers at six
-    points a decade (a study's latencies span under a decade, often under an octave)."""
+    """A log y axis labelled 0.5, 1, 2 rather than 5x10^-1: plain numbers, more of them a
+    decade the fewer decades the data span (call after plotting)."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+    lo, hi = axis.axes.get_ylim()
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if decades <= 1.2 else (1.0, 2.0, 5.0)
+    axis.set_major_locator(LogLocator(base=10, subs=subs if decades <= 4 else (1.0,)))
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -487,6 +490,7 @@ def plot_speedups(frame: pd.DataFrame, out: Path) -> Path:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases)
     ax.set_yscale("log")
     ax.axhline(1.0, color="black", linewidth=0.8)
+    _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("case")
     ax.set_ylabel("speedup over the reference (log)")
     # Beside the axes, not over the last case's bars.
@@ -510,6 +514,7 @@ def plot_history(studies: list[Any], out: Path) -> Path:
     ax.set_xlabel("trial")
     ax.set_ylabel("best feasible speedup so far")
     ax.set_yscale("log")
+    _plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -643,10 +648,12 @@ def write_report(
             "",
             f"- table: `{table.source}` version {table.version}, content hash "
             f"`{table.content_hash[:16]}`",
-            f"- device: {dev.get('name')} (capability {dev.get('capability')})"
+            f"- device: {dev.get('name')}"
+            + (f" (capability {dev['capability']})" if dev.get("capability") else "")
             + (" - emulated" if prov.get("emulated") else ""),
-            f"- torch {vers.get('torch')}, triton {vers.get('triton')}, CUDA {vers.get('cuda')}, "
-            f"driver {vers.get('driver')}; project commit {prov.get('commit')}",
+            f"- torch {vers.get('torch')}, triton {vers.get('triton')}"
+            + (f", CUDA {vers['cuda']}, driver {vers.get('driver')}" if vers.get("cuda") else "")
+            + f"; project commit {prov.get('commit')}",
             "",
         ]
     if bench_csv:
