@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from autotune.cli import main
+from autotune.plan import Plan
 from autotune.runtime import DispatchedTransformer, load_table
 from autotune.search.trials import counts, study_name
 from autotune.ship.export import render_table
@@ -224,8 +225,35 @@ def test_export_is_byte_identical_for_the_same_inputs_and_versions_increase(pipe
 
 
 def test_conformance_with_the_table_passes_golden_vectors(pipeline, golden_paths, capsys) -> None:
+    """Each vector's line says where the dispatcher sent it; where no vector met a plan of
+    the table, the run says so (a pass that tested nothing of the table)."""
     assert main(["conformance", "--table", str(pipeline["table"]), *golden_paths]) == 0
-    assert f"{len(golden_paths)} passed, 0 failed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{len(golden_paths)} passed, 0 failed" in out
+    assert out.count("(route: reference)") == len(golden_paths)
+    assert "none of the table's plans was tested" in out
+
+
+def test_conformance_names_the_entry_a_vector_ran_on(pipeline, golden_paths, tmp_path, capsys):
+    from autotune.core.cases import CaseKey
+    from autotune.judge.golden import load_vector
+
+    values: dict = {}
+    exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
+    vector = load_vector(golden_paths[0])
+    entry = next(iter(values["ENTRIES"].values()))
+    plan = {"qkv": "packed"}
+    entries = {
+        CaseKey.from_config(vector.config).as_tuple(): dict(
+            entry, admitted=True, plan=plan, evidence=dict(entry["evidence"], trial=None)
+        )
+    }
+    path = tmp_path / "one.py"
+    path.write_text(render_table("cpu", 1, values["PROVENANCE"], entries))
+    assert main(["conformance", "--table", str(path), golden_paths[0]]) == 0
+    out = capsys.readouterr().out
+    assert f"(route: plan {Plan.from_dict(plan).hash} [entry])" in out
+    assert "none of the table's plans was tested" not in out
 
 
 def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) -> None:

@@ -77,12 +77,16 @@ def check_table_profile(table: Any, profile: str) -> None:
 
 
 def default_vectors(paths: Sequence[str]) -> list[str]:
+    """The vectors given, else ``DEFAULT_GOLDEN`` from here, else beside the checkout (the
+    project's ``../shared/golden``, whatever the current directory)."""
     if paths:
         return list(paths)
-    found = sorted(glob.glob(DEFAULT_GOLDEN))
-    if not found:
-        raise CliError(f"no vectors given and none found at {DEFAULT_GOLDEN}; pass .pt files")
-    return found
+    checkout = Path(__file__).resolve().parents[2]
+    for pattern in (DEFAULT_GOLDEN, str(checkout / DEFAULT_GOLDEN)):
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found
+    raise CliError(f"no vectors given and none found at {DEFAULT_GOLDEN}; pass .pt files")
 
 
 def chunk_pair(text: str, flag: str) -> tuple[int, int]:

@@ -80,12 +80,15 @@ class ConformanceResult:
     max_abs_err: float
     detail: str
     report: CorrectnessReport | None = None
+    # A table's dispatcher: where the call went ("reference", "plan <hash> [entry]", ...)
+    route: str = ""
 
     def line(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         err = f"{self.max_abs_err:.3e}" if math.isfinite(self.max_abs_err) else "inf"
         tail = f"  {self.detail}" if self.detail else ""
-        return f"{self.name:<28} {verdict}  max abs err {err}{tail}"
+        route = f"  (route: {self.route})" if self.route else ""
+        return f"{self.name:<28} {verdict}  max abs err {err}{tail}{route}"
 
 
 # A subject under test: given a config and the vector's weights, a module to run.
@@ -169,7 +172,11 @@ def check_vector(
     detail = "" if report.passed else report.summary()
     if report.passed:
         detail = f"worst {report.budget_share:.3f} of allowance"
-    return ConformanceResult(vector.name, report.passed, report.max_abs_err, detail, report)
+    route = getattr(model, "last_route", None)  # a table's dispatcher says where it went
+    where = ""
+    if route is not None:
+        where = route.target.split(":", 1)[0] + (f" [{route.source}]" if route.source else "")
+    return ConformanceResult(vector.name, report.passed, report.max_abs_err, detail, report, where)
 
 
 def run_conformance(
@@ -181,6 +188,7 @@ def run_conformance(
 ) -> tuple[int, int]:
     """Check every vector; print a line each and ``N passed, N failed``."""
     passed = failed = 0
+    routes = []
     for path in paths:
         try:
             vector = load_vector(path)
@@ -191,5 +199,11 @@ def run_conformance(
         emit(result.line())
         passed += result.passed
         failed += not result.passed
+        routes.append(result.route)
     emit(f"{passed} passed, {failed} failed")
+    if routes and all(r == "reference" for r in routes):
+        emit(
+            "note: every vector ran on the reference (no entry or bucket of the table covers "
+            "their shapes): none of the table's plans was tested"
+        )
     return passed, failed
