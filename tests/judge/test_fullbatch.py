@@ -211,8 +211,8 @@ def test_compare_prints_every_plan_against_the_reference(capsys) -> None:
     )
     out = capsys.readouterr().out
     assert code == 0, out
-    rows = [line for line in out.splitlines() if line.startswith("smoke-1 |")]
-    assert len(rows) == 3 and all(line.endswith("pass") for line in rows)
+    rows = [line for line in out.splitlines() if line.startswith("| smoke-1 |")]
+    assert len(rows) == 3 and all(line.endswith("| pass |") for line in rows)
 
 
 def test_host_io_needs_cuda_and_no_graph(cpu_device) -> None:
