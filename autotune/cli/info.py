@@ -79,7 +79,7 @@ def cmd_kernels_check(args: argparse.Namespace) -> int:
         named = " ".join(f"--match {text!r}" for text in args.match)
         raise ValueError(
             f"{named} names no kernel check here (checks of compiled-only features join on "
-            "a GPU that has them); run without --match to list them all"
+            "a GPU that has them); without --match every check runs, each printed by name"
         )
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0

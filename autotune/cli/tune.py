@@ -55,9 +55,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def print_outcome(plan: Any, outcome: Any) -> None:
     print(f"plan {plan.hash} {plan.describe()}")
     if outcome.report is not None:
+        # The gate stops at the first failing seed; the report is that seed's, else the
+        # seed closest to the rule's edge (its element count is one seed's output).
+        which = "the worst seed" if outcome.report.passed else "the failing seed"
         print(
             f"correctness: {outcome.seeds_checked} seeds + {outcome.padded_seeds_checked} "
-            f"padded: {outcome.report.summary()}"
+            f"padded seeds checked; {which}: {outcome.report.summary()}"
         )
     if outcome.predicted_memory_bytes is not None:
         print(

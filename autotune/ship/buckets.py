@@ -518,6 +518,21 @@ def build_buckets(
     buckets = []
     drafts = draft_buckets(entries, device, earlier=earlier)
     emit(f"buckets: {len(drafts)} rectangles to verify")
+    if not drafts:
+        tuned: dict[tuple[Any, ...], int] = {}
+        for key, entry in entries.items():
+            tuned[dims_of(key)] = tuned.get(dims_of(key), 0) + bool(entry.get("admitted"))
+        why = (
+            "no such group here has two"
+            if max(tuned.values(), default=0) < 2
+            else "each cell here is nearest to an entry that keeps the reference, or too big "
+            "to verify on this device"
+        )
+        emit(
+            "buckets: a bucket spans the batches and sequence lengths between tuned entries "
+            f"of the same d_model, heads, FFN, layers and causality (float32 inputs); {why}: "
+            "tune a grid around a case (autotune study --cases C --shapes 'BATCHES x SEQS')"
+        )
     if journal is not None and journal.done:
         emit(f"buckets: {len(journal.done)} verifications recorded in {journal.path}")
     while drafts:
