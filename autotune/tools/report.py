@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -747,13 +748,20 @@ def write_report(
                     "seeds": ev.get("correctness_seeds"),
                     "padded seeds": ev.get("padded_seeds"),
                     "worst budget share": ev.get("worst_budget_share"),
-                    "study trial": ev.get("trial"),
+                    "from": _entry_source(entry),
                 }
             )
+        evidence = pd.DataFrame(rows)
         lines += [
             "## Correctness evidence per entry",
             "",
-            pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"),
+            "Plans by hash (the table module lists each entry's knobs); an entry that keeps "
+            "the reference has no evidence of its own (`-`).",
+            "",
+            evidence.map(lambda v: f"{v:.3g}" if isinstance(v, float) and v == v else v)
+            .astype(object)
+            .where(evidence.notna(), "-")
+            .to_markdown(index=False, colalign=("left", "left", *["right"] * 5, "left")),
             "",
         ]
     if studies:
@@ -901,6 +909,17 @@ def profile_studies(storage: Any, profile: str, case: str | None = None) -> list
         key = str(get_case(case).key)
         studies = {k: v for k, v in studies.items() if k == key}
     return sorted(studies.values(), key=lambda s: case_sort_key(trials.case_id_of(s)))
+
+
+def _entry_source(entry: Mapping[str, Any]) -> str:
+    """Where a table entry's plan came from: a study's trial, an anchor export measured
+    beside the finalists, or the reference kept."""
+    ev = entry.get("evidence", {})
+    if not entry.get("admitted"):
+        return "reference kept"
+    if ev.get("trial") is not None:
+        return f"study trial {ev['trial']}"
+    return str(ev.get("study") or "-")
 
 
 def table_winners(table: Any) -> dict[str, Winner]:
