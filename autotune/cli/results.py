@@ -56,7 +56,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.core.reference import ACCURACY_SEEDS
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.runtime import load_table
-    from autotune.tools.validate import validate_table, write_verified_table
+    from autotune.tools.validate import (
+        HOLDS,
+        VERIFIED_HERE,
+        validate_table,
+        write_verified_table,
+    )
 
     table = load_table(args.table)
     if args.out and Path(args.out).resolve() == Path(args.table).resolve():
@@ -74,7 +79,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
         path, version = write_verified_table(table, result, chosen, Path(args.out), command)
-        print(f"wrote {path} (table version {version}): the entries verified here")
+        good = sum(c.verdict in (HOLDS, VERIFIED_HERE) for c in result.checks)
+        print(
+            f"wrote {path} (table version {version}): {good} of {len(result.checks)} entries "
+            "verified here; the others keep the reference"
+        )
     return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
 
 

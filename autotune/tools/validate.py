@@ -181,6 +181,8 @@ def validate_bucket(
     job = b.VerifyJob(draft, selection.profile.name, selection.emulated)
     result, problem = call_isolated(b.verify_draft, job) if isolate else (b.verify_draft(job), "")
     if result is None:
+        # The verifier's line names the plan again: said once, before it.
+        problem = problem.removeprefix(plan.describe()).strip()
         return BucketCheck(draft.label(), plan.describe(), CANNOT_RUN, problem)
     fresh, notes = result
     if fresh is not None:
@@ -196,6 +198,7 @@ def validate_bucket(
         )
     kind, _, detail = notes[0].partition(": ") if notes else ("", "", "no result")
     verdict = {b.WRONG: WRONG, b.SLOWER: NO_LONGER_WINS}.get(kind, CANNOT_RUN)
+    detail = detail.removeprefix(plan.describe()).strip()
     return BucketCheck(draft.label(), plan.describe(), verdict, detail)
 
 
