@@ -452,3 +452,16 @@ def test_report_says_where_each_cases_time_goes_beside_its_floor() -> None:
     assert "Host speed in this run: 6.0 us of host time per eager launch" in "\n".join(
         time_goes_markdown(frame, "h200", 25.0)
     )
+
+
+def test_a_passing_plan_slower_than_the_reference_beyond_the_noise_is_said_so() -> None:
+    """PASS is the rule's verdict, not a recommendation: the line says when the plan is
+    slower than the reference by more than the noise, and only then."""
+
+    def line(ref_ms: float, cand_ms: float, noise: float) -> str:
+        timing = TimingStats(ref_ms, cand_ms, ref_ms / cand_ms, noise, 3, 100)
+        return Outcome(OutcomeKind.PASSED, timing=timing).summary_line()
+
+    assert line(1.0, 1.25, 0.05).endswith("noise 5.0%, slower than the reference)")
+    assert "slower" not in line(1.0, 1.02, 0.05)  # within the noise
+    assert "slower" not in line(2.0, 1.0, 0.05)

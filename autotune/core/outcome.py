@@ -149,9 +149,11 @@ class Outcome:
                 if self.peak_memory_bytes is not None
                 else ""
             )
+            # PASS is the rule's verdict; a plan slower beyond the noise is said so.
+            slower = ", slower than the reference" if t.speedup * (1 + t.noise) < 1 else ""
             return (
                 f"PASS {t.speedup:.2f}x (ref {t.ref_median_ms:.2f} ms, plan "
-                f"{t.cand_median_ms:.2f} ms, noise {100 * t.noise:.1f}%{peak})"
+                f"{t.cand_median_ms:.2f} ms, noise {100 * t.noise:.1f}%{peak}{slower})"
             )
         if self.passed:
             return "PASS (not timed)"
