@@ -172,9 +172,11 @@ def check_vector(
     detail = "" if report.passed else report.summary()
     if report.passed:
         detail = f"worst {report.budget_share:.3f} of allowance"
+    from autotune.runtime.dispatch import Route
+
     route = getattr(model, "last_route", None)  # a table's dispatcher says where it went
     where = ""
-    if route is not None:
+    if isinstance(route, Route):  # (a built plan's last_route is its own route's name)
         where = route.target.split(":", 1)[0] + (f" [{route.source}]" if route.source else "")
     return ConformanceResult(vector.name, report.passed, report.max_abs_err, detail, report, where)
 
