@@ -660,6 +660,12 @@ class Plan:
             knob = KNOBS_BY_NAME.get(name)
             if not sep:
                 raise ValueError(f"plan token {token!r}: write knob=value, e.g. qkv=packed")
+            if name in data:
+                raise ValueError(f"plan text sets {name} twice ({text!r}): give each knob once")
+            if name in RETIRED_KNOBS:  # read as from_dict reads it (its default: dropped)
+                default = RETIRED_KNOBS[name][0]
+                data[name] = default if raw in (str(default), json.dumps(default)) else raw
+                continue
             if knob is None:
                 cls.from_dict({name: raw})  # raises: the unknown knob named, with a hint
             data[name] = _knob_value(knob, raw)
@@ -750,8 +756,8 @@ def parse_plan(text: str) -> Plan:
         path = Path(text[1:])
         if not path.is_file():
             raise ValueError(f"plan file {str(path)!r} does not exist")
-        text = path.read_text()
-    elif "=" in text and not text.startswith("{"):
+        text = path.read_text().strip()
+    if "=" in text and not text.startswith("{"):
         return Plan.from_describe(text)
     try:
         return Plan.from_json(text)

@@ -584,6 +584,15 @@ def test_unseen_draws_shapes_outside_the_table_and_summarises_honestly() -> None
     assert "2 of 3 unseen shapes (67%) served" in line and "geometric mean 2.00x" in line
     assert "3 failed elements" in line and "median 0.70x" in line
     assert "1 served shapes synchronise per call" in line
+    # Nothing served: the reference timed against itself is noise, said so; a shape that
+    # errored has no time (no key in a run, "" read back from its CSV) and is counted.
+    left = [
+        {"served": "error", "failed_elements": 0},
+        {"served": "no", "speedup": "", "failed_elements": 0},
+        {"served": "no", "speedup": "1.02", "failed_elements": 0},
+    ]
+    assert "no speedups: 1 shape(s) errored, the rest ran on the reference (timed against " \
+        "itself: 1.02x, the noise)" in summary(left)  # fmt: skip
 
 
 def test_a_refused_table_never_gates(tmp_path) -> None:

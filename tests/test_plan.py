@@ -69,7 +69,7 @@ def test_parse_plan_accepts_reference_json_and_files(tmp_path) -> None:
         parse_plan("attention=sdpa_flash qkv")
 
 
-def test_parse_plan_reads_back_the_form_every_command_prints() -> None:
+def test_parse_plan_reads_back_the_form_every_command_prints(tmp_path) -> None:
     """``describe`` (what study, export, bench and compare print) parses to the same plan,
     for every value of every knob."""
     checked = 0
@@ -87,6 +87,13 @@ def test_parse_plan_reads_back_the_form_every_command_prints() -> None:
     assert parse_plan(mixed.describe()) == mixed
     with pytest.raises(ValueError, match="knob 'attention' has no value 'flash'"):
         parse_plan("attention=flash")
+    with pytest.raises(ValueError, match="sets qkv twice"):
+        parse_plan("qkv=packed qkv=separate")
+    # a retired knob at its default reads as in JSON (dropped); a file may hold either form
+    assert parse_plan("attn_ws=False qkv=packed") == Plan(qkv="packed")
+    path = tmp_path / "plan.txt"
+    path.write_text("attention=sdpa_cudnn qkv=packed\n")
+    assert parse_plan(f"@{path}") == Plan(attention="sdpa_cudnn", qkv="packed")
 
 
 def test_every_knob_default_is_the_plan_default() -> None:

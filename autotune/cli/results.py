@@ -79,7 +79,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
         path, version = write_verified_table(table, result, chosen, Path(args.out), command)
-        good = sum(c.verdict in (HOLDS, VERIFIED_HERE) for c in result.checks)
+        # as write_verified_table admits them: timed here (an oracle-checked entry is not)
+        good = sum(
+            c.verdict in (HOLDS, VERIFIED_HERE) and c.outcome is not None for c in result.checks
+        )
         print(
             f"wrote {path} (table version {version}): {good} of {len(result.checks)} entries "
             "verified here; the others keep the reference"
@@ -121,13 +124,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         def fmt(v: float | None, spec: str) -> str:
             return "-" if v is None else format(v, spec)
 
+        def cell(text: str) -> str:  # an error message inside one markdown cell
+            return " ".join(text.split()).replace("|", "/")
+
         print(
             f"| {row.case} | {row.plan} | {row.kernels if row.kernels is not None else '-'} | "
             f"{fmt(row.median_us, '.1f')} | {fmt(row.host_us, '.1f')} | "
             f"{fmt(row.speedup, '.2f')} | "
             f"{fmt(row.vs_first, '.2f')} | "
             + ("pass" if row.passed else "FAIL")
-            + (f" ({row.detail})" if row.detail and not row.passed else "")
+            + (f" ({cell(row.detail)})" if row.detail and not row.passed else "")
             + " |",
             flush=True,
         )

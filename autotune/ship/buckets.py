@@ -519,19 +519,21 @@ def build_buckets(
     drafts = draft_buckets(entries, device, earlier=earlier)
     emit(f"buckets: {len(drafts)} rectangles to verify")
     if not drafts:
-        tuned: dict[tuple[Any, ...], int] = {}
-        for key, entry in entries.items():
-            tuned[dims_of(key)] = tuned.get(dims_of(key), 0) + bool(entry.get("admitted"))
+        shapes: dict[tuple[Any, ...], int] = {}  # float32 dims -> their entries' shapes
+        for key in entries:
+            if dims_of(key)[5] == "float32":
+                shapes[dims_of(key)] = shapes.get(dims_of(key), 0) + 1
         why = (
-            "no such group here has two"
-            if max(tuned.values(), default=0) < 2
-            else "each cell here is nearest to an entry that keeps the reference, or too big "
+            "no float32 dims here have more than one entry"
+            if max(shapes.values(), default=0) < 2
+            else "every cell here is nearest to an entry that keeps the reference, or too big "
             "to verify on this device"
         )
         emit(
-            "buckets: a bucket spans the batches and sequence lengths between tuned entries "
-            f"of the same d_model, heads, FFN, layers and causality (float32 inputs); {why}: "
-            "tune a grid around a case (autotune study --cases C --shapes 'BATCHES x SEQS')"
+            "buckets: a bucket spans the batches and sequence lengths between the entries of "
+            "one d_model, heads, FFN, layers and causality (float32 inputs), with the plan of "
+            f"the nearest tuned one; {why}: tune a grid around a case "
+            "(autotune study --cases C --shapes 'BATCHES x SEQS')"
         )
     if journal is not None and journal.done:
         emit(f"buckets: {len(journal.done)} verifications recorded in {journal.path}")

@@ -162,8 +162,8 @@ def plot_pareto(ax: Any, study: Any, winner: Winner | None = None) -> None:
         # plan export measured itself, an anchor or the reference, may be one of them).
         named = winner.study == study.study_name and winner.trial is not None
         win = frame[frame.trial == winner.trial] if named else frame[:0]
-        if win.empty:
-            win = frame[frame.plan_hash == winner.plan_hash]
+        if win.empty:  # (a trial of the plan that failed here is not what shipped)
+            win = frame[(frame.plan_hash == winner.plan_hash) & frame.feasible]
         if win.empty:  # shipped, but never a trial here: said in the legend
             ax.plot([], [], " ", label=f"exported: {winner.source} (not a trial here)")
         else:
@@ -758,8 +758,8 @@ def write_report(
             "Plans by hash (the table module lists each entry's knobs); an entry that keeps "
             "the reference has no evidence of its own (`-`).",
             "",
-            evidence.map(lambda v: f"{v:.3g}" if isinstance(v, float) and v == v else v)
-            .astype(object)
+            evidence.astype(object)
+            .apply(lambda col: [f"{v:.3g}" if isinstance(v, float) and v == v else v for v in col])
             .where(evidence.notna(), "-")
             .to_markdown(index=False, colalign=("left", "left", *["right"] * 5, "left")),
             "",

@@ -222,14 +222,23 @@ def summary(rows: list[dict[str, Any]]) -> str:
         return math.exp(sum(math.log(v) for v in values) / len(values)) if values else 0.0
 
     # Shapes left on the reference time the reference against itself: their ratios are noise.
-    on_reference = [float(r["speedup"]) for r in rows if str(r["served"]) != "yes"]
-    on_reference = [v for v in on_reference if v > 0]
+    on_reference = []
+    for r in rows:
+        try:  # a shape that errored has no time (no key, or "" read back from a CSV)
+            value = float(r.get("speedup") or "nan") if str(r["served"]) == "no" else math.nan
+        except ValueError:
+            value = math.nan
+        if value > 0:
+            on_reference.append(value)
+    errors = sum(str(r["served"]) == "error" for r in rows)
     parts = [
         f"{len(served)} of {n} unseen shapes ({100 * len(served) / n:.0f}%) served by a tuned plan",
         f"speedup over the reference: geometric mean {geomean(speedups):.2f}x, min "
         f"{speedups[0]:.2f}x"
         if speedups
-        else "no speedups: every shape ran on the reference"
+        else "no speedups: "
+        + (f"{errors} shape(s) errored, the rest " if errors else "every shape ")
+        + "ran on the reference"
         + (
             f" (timed against itself: {geomean(on_reference):.2f}x, the noise)"
             if on_reference
