@@ -6,7 +6,8 @@
 # (scripts/cudnn_attention_plans.py), timed under the power cap against PyTorch's SDPA,
 # with the SM clock, power and throttle reasons sampled beside it; with PROBE=bits (session
 # 44), the same attention on q, k, v with their lowest mantissa bits cleared
-# (scripts/operand_bits_power.py; needs only .whl); otherwise nothing (exit 3). Logs in $OUT.
+# (scripts/operand_bits_power.py; needs only .whl); otherwise nothing (exit 3). H200_ONLY=1:
+# nothing off an H200 (exit 3 at once), whatever PROBE says. Logs in $OUT.
 set -o pipefail
 export AUTOTUNE_COMMIT=${AUTOTUNE_COMMIT:?set AUTOTUNE_COMMIT} PYTHONUNBUFFERED=1
 # PROBE=bits: case 14's attention on q, k, v with their low mantissa bits cleared, then the
@@ -35,6 +36,9 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   rc=$?
   [ "${PROBE:-}" = bits ] && operand_bits h200
   exit $rc
+fi
+if [ "${H200_ONLY:-}" = 1 ]; then  # the bench (and its probe) or nothing: exit at once
+  nvidia-smi --query-gpu=name --format=csv,noheader; echo "not an H200: nothing run"; exit 3
 fi
 if [ "${PROBE:-}" = bits ]; then
   operand_bits h100
