@@ -280,6 +280,9 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         (["study", "--gpu", "tpu"], "unknown GPU profile 'tpu'"),
         (["study", "--gpu", "cpu", "--sampler", "magic"], "unknown sampler 'magic'"),
         (["study", "--gpu", "cpu", "--cases", "99"], "unknown case '99'"),
+        (["study", "--gpu", "cpu", "--cases", " "], "--cases '' selects no case"),
+        (["study", "--gpu", "cpu", "--timeout", "-1"], "--timeout takes seconds above 0, got -1"),
+        (["study", "--gpu", "cpu", "--trial-timeout", "0"], "--trial-timeout takes seconds"),
         (["study", "--gpu", "h200"], "needs a CUDA GPU"),
         (["evaluate", "--case", "smoke-1", "--plan", '{"tile": 1}'], "unknown knob"),
         (

@@ -106,6 +106,10 @@ class StudyOptions:
             raise ValueError(f"--workers must be at least 1, got {self.workers}")
         if self.oracle_batch < 1:
             raise ValueError(f"--oracle-batch must be at least 1, got {self.oracle_batch}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"--timeout takes seconds above 0, got {self.timeout:g}")
+        if not self.trial_timeout > 0:
+            raise ValueError(f"--trial-timeout takes seconds above 0, got {self.trial_timeout:g}")
 
 
 def warm_for(
