@@ -65,7 +65,7 @@ def detect_device(kind: str = "auto", index: int | None = None) -> DeviceInfo:
     """The device to run on: ``cuda`` if present (or asked for), else the CPU. A GPU is
     described by its properties: GPU ``index``, or the current one."""
     if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
-        return DeviceInfo("cpu", cpu_name(), None, _host_memory())
+        return DeviceInfo("cpu", cpu_name(), None, host_memory())
     if not torch.cuda.is_available():
         raise ValueError("a CUDA device was asked for, but torch sees none; use --gpu cpu")
     props = torch.cuda.get_device_properties(
@@ -82,7 +82,8 @@ def detect_device(kind: str = "auto", index: int | None = None) -> DeviceInfo:
     )
 
 
-def _host_memory() -> int:
+def host_memory() -> int:
+    """This machine's physical memory in bytes (0 where the OS does not say)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

@@ -171,6 +171,30 @@ def _from_host(route: Route, io_bytes: int) -> bool:
     )
 
 
+def _check_host_memory(case: Case, routes: list[Route]) -> None:
+    """Refuse, before allocating, a run whose whole batch's input, the oracle's output and a
+    route's output (each ``io_bytes``) cannot sit in this machine's memory where they live
+    there: on the CPU always, on CUDA where they do not fit the card or a route streams
+    them from the host. (Case 14 on a 24 GiB CPU machine wants ~37 GiB: the kernel's
+    out-of-memory killer ended such a run, and any process beside it, after 84 s.)"""
+    from autotune.core.device import host_memory
+
+    device = routes[0].device
+    config = case.config
+    io_bytes = config.batch_size * config.seq_len * config.d_model * 4
+    on_host = device.type != "cuda" or any(_from_host(r, io_bytes) for r in routes)
+    if device.type == "cuda" and device.total_memory:
+        on_host = on_host or not _io_fits(io_bytes, device.total_memory)
+    host = host_memory()
+    if on_host and host and 3 * io_bytes > host:
+        raise ValueError(
+            f"case {case.id}'s whole batch needs {3 * io_bytes / 2**30:.1f} GiB of host memory "
+            f"at least (its input, the oracle's output and a route's output, "
+            f"{io_bytes / 2**30:.1f} GiB each) and this machine has {host / 2**30:.1f} GiB: "
+            "run it where the batch fits (a GPU machine with its memory, or more host memory)"
+        )
+
+
 def _set_cap(device: DeviceInfo, capacity: int | None) -> None:
     if device.type != "cuda" or not device.total_memory:
         return
@@ -576,6 +600,7 @@ def verify_cases(
             )
         if dense and not dense_reference_fits(case, device):
             raise ValueError(f"--dense: the dense reference cannot run case {case.id} here")
+        _check_host_memory(case, routes)
         log(
             f"case {case.id} ({case.config}): {len(routes)} route(s) x {len(seeds)} seed(s), "
             f"whole batch against the streamed oracle (chunks {oracle_chunks[0]}x"

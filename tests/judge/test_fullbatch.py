@@ -607,3 +607,16 @@ def test_the_whole_batch_record_picks_the_knobs_a_subset_cannot_rank(tmp_path) -
     routes[0]["wall_s"] = [1.2, 1.523, 1.9]
     rec.write_text(json.dumps({"routes": routes}))
     assert whole_batch_choice(_Winner(base), case, sel, str(rec)).plan == base
+
+
+def test_long_refuses_a_batch_host_memory_cannot_hold(monkeypatch, capsys) -> None:
+    """Case 14 on the CPU wants its input, the oracle's output and a route's output in host
+    memory (12.2 GiB each): refused before anything is allocated, in one line, exit 2 (it
+    ran until the kernel's out-of-memory killer ended it)."""
+    import autotune.core.device as device_mod
+
+    monkeypatch.setattr(device_mod, "host_memory", lambda: 24 * 2**30)
+    assert cli("long --case 14 --route cpu=reference --seeds 1 --device cpu") == 2
+    err = capsys.readouterr().err
+    assert "case 14's whole batch needs 36.6 GiB of host memory at least" in err
+    assert "this machine has 24.0 GiB" in err
