@@ -642,6 +642,7 @@ def test_workers_show_a_progress_bar(tmp_path, capsys) -> None:
     assert cli(study) == 0
     out = capsys.readouterr().out
     assert "case smoke-1" in out and "trial" in out and "2/2" in out
+    assert "best=0.00x" not in out.split("2/2")[-1]  # the workers' trials are read back
 
 
 def test_the_progress_bar_counts_only_the_trials_that_count_toward_n_trials() -> None:
@@ -671,6 +672,30 @@ def test_the_progress_bar_counts_only_the_trials_that_count_toward_n_trials() ->
         state.update(t)
     assert (state.finished, state.feasible, state.best_speedup) == (2, 1, 2.0)
     assert state.postfix() == {"best": "2.00x", "feasible": "50%"}
+
+
+def test_a_study_short_of_its_trials_says_why_and_counts_its_free_trials() -> None:
+    import optuna
+    from optuna.trial import create_trial
+
+    from autotune.core.cases import get_case
+    from autotune.core.outcome import OutcomeKind
+    from autotune.search import trials
+    from autotune.search.study import StudyProgress, summarise_study
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    passed = {trials.OUTCOME_KIND: OutcomeKind.PASSED.value}
+    for attrs in (passed, passed, {**passed, trials.DUPLICATE_OF: 0}):
+        study.add_trial(
+            create_trial(values=[0.5, 1.0], user_attrs=attrs,
+                         system_attrs={"constraints": [-1.0, -1.0]})
+        )  # fmt: skip
+    case = get_case("smoke-1")
+    short = summarise_study(study, case, 2, 0.0, 5, "every plan of the search space is measured")
+    assert (short.trials, short.measured, short.feasible) == (3, 2, 2)
+    assert short.stopped == "every plan of the search space is measured"
+    assert summarise_study(study, case, 2, 0.0, 2, "x").stopped == ""  # it has its trials
+    assert (StudyProgress.of(study, 5).finished, StudyProgress.of(study, 5).feasible) == (2, 2)
 
 
 def test_bench_csv_is_appended_per_case_and_a_rerun_skips_the_cases_it_holds(

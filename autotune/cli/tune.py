@@ -155,9 +155,15 @@ def cmd_study(args: argparse.Namespace) -> int:
     for summary in run_studies(chosen, plan, options, storage, progress=progress):
         best = f"{summary.best_speedup:.2f}x" if summary.best_speedup else "none"
         print(
-            f"case {summary.case.id}: {summary.trials} trials ({summary.new_trials} new, "
-            f"{summary.seconds:.0f} s), {summary.feasible} feasible, best {best}; "
-            f"study {summary.name!r}",
+            f"case {summary.case.id}: {summary.measured} measured trials ({summary.new_trials} "
+            f"new, {summary.seconds:.0f} s; {summary.trials - summary.measured} free: repeats, "
+            f"forbidden, refused or failed), {summary.feasible} feasible, best {best}; "
+            f"study {summary.name!r}"
+            + (
+                f"; stopped at {summary.measured} of {summary.target}: {summary.stopped}"
+                if summary.stopped
+                else ""
+            ),
             flush=True,
         )
     return 0

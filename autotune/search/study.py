@@ -287,6 +287,14 @@ class StudyProgress:
             self.feasible += counted
             self.best_speedup = max(self.best_speedup, 1.0 / trial.values[0])
 
+    @classmethod
+    def of(cls, study: optuna.Study, total: int) -> StudyProgress:
+        """What ``study`` holds now (counted as ``update`` counts)."""
+        state = cls(total=total)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            state.update(t)
+        return state
+
     def postfix(self) -> dict[str, str]:
         share = self.feasible / self.finished if self.finished else 0.0
         return {"best": f"{self.best_speedup:.2f}x", "feasible": f"{100 * share:.0f}%"}
@@ -298,9 +306,12 @@ class StudySummary:
     case: Case
     trials: int
     new_trials: int
-    feasible: int
+    feasible: int  # measured trials that passed
     best_speedup: float | None
     seconds: float
+    measured: int = 0  # complete trials that count toward --n-trials
+    target: int = 0  # the --n-trials this run aimed at (0: not said)
+    stopped: str = ""  # why the study ended short of ``target``
 
 
 @dataclasses.dataclass
@@ -315,6 +326,7 @@ class RunState:
     spent: int = 0  # trials of this process that were not free
     free_streak: int = 0  # free trials in a row (a sampler stuck on measured plans)
     broken: str = ""  # why this process's device can run nothing more (DeviceBroken)
+    why: str = ""  # why the run stopped before the study had its trials, where it did
 
 
 # Free trials in a row after which a run stops: the sampler keeps proposing measured plans.
@@ -361,6 +373,7 @@ def make_objective(
             run.last_free = True
             if exhausted():
                 run.stop = True
+                run.why = "every plan of the search space is measured"
         elif (reason := space.violated(plan)) is not None:
             trial.set_user_attr(trials.FORBIDDEN, True)
             run.last_free = True
@@ -430,6 +443,13 @@ def optimize(
         else:
             run.free_streak = 0
             run.spent += 1
+        if run.free_streak >= MAX_FREE_STREAK and not run.why:
+            run.why = (
+                f"the sampler proposed only measured plans {MAX_FREE_STREAK} times in a row "
+                "(--sampler random or grid reach every plan of a small space)"
+            )
+        if run.spent - start >= max_trials and not run.why:
+            run.why = f"{max_trials} trials spent, some failed in the harness (see the study)"
         if (
             run.stop
             or run.broken
@@ -520,13 +540,11 @@ def run_case_study(
     n_trials = max(n_trials, done_before + named_in_queue(study, space, warm))
     remaining = n_trials - done_before
     start = time.perf_counter()
-    state = StudyProgress(total=n_trials, finished=done_before)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if trials.is_feasible(t):
-            state.feasible += trials.counts(t)
-            state.best_speedup = max(state.best_speedup, 1.0 / t.values[0])
+    state = StudyProgress.of(study, n_trials)
+    if progress is not None:
+        progress(state)  # a resumed study shows where it stands, with or without work left
     if remaining <= 0:
-        return summarise_study(study, case, 0, start)
+        return summarise_study(study, case, 0, start, n_trials)
 
     def callback(study: optuna.Study, trial: FrozenTrial) -> None:
         state.update(trial)
@@ -562,13 +580,30 @@ def run_case_study(
         raise Interrupted(new)
     if run.broken:
         raise DeviceBroken(run.broken)
-    return summarise_study(study, case, new, start)
+    timed_out = timeout is not None and time.perf_counter() - start >= timeout
+    why = run.why or ("--timeout reached (rerun to resume)" if timed_out else "")
+    return summarise_study(study, case, new, start, n_trials, why)
 
 
-def summarise_study(study: optuna.Study, case: Case, new: int, start: float) -> StudySummary:
+def summarise_study(
+    study: optuna.Study, case: Case, new: int, start: float, target: int = 0, why: str = ""
+) -> StudySummary:
+    """What ``study`` holds: its measured trials (``trials.counts``), the free ones (repeats,
+    forbidden or refused plans), and, where it stopped short of ``target``, why."""
     finished = study.get_trials(deepcopy=False, states=trials.FINISHED)
+    complete = [t for t in finished if t.state == TrialState.COMPLETE]
+    measured = sum(trials.counts(t) for t in complete)
     feasible = [t for t in finished if trials.is_feasible(t)]
     best = max((1.0 / t.values[0] for t in feasible), default=None)
     return StudySummary(
-        study.study_name, case, len(finished), new, len(feasible), best, time.perf_counter() - start
+        study.study_name,
+        case,
+        len(finished),
+        new,
+        sum(trials.counts(t) for t in feasible),
+        best,
+        time.perf_counter() - start,
+        measured=measured,
+        target=target,
+        stopped=why if target and measured < target else "",
     )

@@ -304,15 +304,15 @@ def run_case_with_workers(
     gpus = torch.cuda.device_count() if selection.device.type == "cuda" else 0
     before = trials.completed_trials(study)
     show, close = progress(case) if progress is not None else (None, lambda: None)
-    state = StudyProgress(total=options.n_trials, finished=before)
 
-    def shown(completed: int) -> None:
+    def shown(_completed: int) -> None:  # the workers' trials, best and feasible share
         if show is not None:
-            state.finished = completed
-            show(state)
+            show(StudyProgress.of(study, options.n_trials))
 
+    shown(before)
     try:
         run_workers(job, options.workers, gpus, progress=shown)
     finally:
         close()
-    return summarise_study(study, case, trials.completed_trials(study) - before, start)
+    completed = trials.completed_trials(study)
+    return summarise_study(study, case, completed - before, start, options.n_trials)
