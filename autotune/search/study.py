@@ -154,10 +154,14 @@ def enqueue_defaults(
     ]
     seen: set[Plan] = set()
     n = 0
+    outside: dict[str, list[int]] = {}  # a table given: [its plans outside the space, all]
     for plan, source in plans:
         if plan in seen:
             continue
         seen.add(plan)
+        tally = outside.setdefault(source[6:], [0, 0]) if source.startswith("table ") else None
+        if tally is not None:
+            tally[1] += 1
         try:
             params = space.params_for(plan)
         except ValueError as e:
@@ -167,11 +171,20 @@ def enqueue_defaults(
                     f"measured ({e}); add the value to the space or pass --space",
                     file=sys.stderr,
                 )
+            if tally is not None:
+                tally[0] += 1
             continue  # the reference may lie outside a user's space
         if space.plan_of(params).hash in measured or params in queued:
             continue
         study.enqueue_trial(params, user_attrs=trials.enqueue_attrs(source))
         n += 1
+    for src, (skipped, total) in outside.items():
+        if skipped:  # (an anchor export shipped, e.g. sdpa_auto, is in no search space)
+            print(
+                f"--warm-start {src}: {skipped} of its {total} plans lie outside the space "
+                f"{space.name!r}, not measured",
+                file=sys.stderr,
+            )
     return n
 
 
@@ -248,7 +261,8 @@ def warm_start_plans(
         if not chosen:
             raise ValueError(
                 f"--warm-start {src!r}: no table file, profile or study of that "
-                f"name in the storage (studies: {len(names)})"
+                f"name in the storage (studies: {len(names)}); one plan goes in a file: "
+                "--warm-start @plan.json (JSON or knob=value)"
             )
         for name in chosen:
             study = optuna.load_study(study_name=name, storage=storage)

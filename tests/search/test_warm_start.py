@@ -144,3 +144,23 @@ def test_a_named_plan_outside_the_space_is_reported_not_dropped_silently(capsys)
     assert enqueue_defaults(study, space, "tpe", [(outside, "plan x.json")]) >= 1
     err = capsys.readouterr().err
     assert "--warm-start x.json: outside the space" in err and "not measured" in err
+
+
+def test_a_table_warm_start_says_how_many_of_its_plans_lie_outside_the_space(capsys) -> None:
+    """A table's plans outside the space (an anchor export shipped, GPU-only plans on the
+    CPU) are not measured; the run says how many, once per table."""
+    import optuna
+
+    from autotune.search.space import builtin_spaces, select_space
+    from autotune.search.study import enqueue_defaults
+
+    space = select_space("cpu", get_case("smoke-1"), builtin_spaces())
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    plans = [
+        (Plan.from_dict({"attention": "sdpa_auto"}), "table t.py"),  # an anchor's plan
+        (Plan.from_dict({"attention": "triton", "fused_layer": "heads"}), "table t.py"),
+        (Plan.from_dict({"qkv": "packed"}), "table t.py"),
+    ]
+    enqueue_defaults(study, space, "tpe", plans)
+    err = capsys.readouterr().err
+    assert "--warm-start t.py: 2 of its 3 plans lie outside the space 'cpu', not measured" in err
