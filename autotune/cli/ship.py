@@ -32,7 +32,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         chosen, open_storage(args.storage), options, emit=lambda line: print(line, flush=True)
     )
     print(
-        f"wrote {path} (table version {version}, {len(winners)} entries selected, "
+        f"wrote {path} (table version {version}, {len(winners)} "
+        f"{'entry' if len(winners) == 1 else 'entries'} selected, "
         f"{sum(w.admitted for w in winners)} tuned)"
     )
     if failed:
