@@ -316,6 +316,17 @@ def test_bad_input_gets_a_clear_error_and_exit_2(argv, message, capsys) -> None:
     assert message in capsys.readouterr().err
 
 
+def test_a_usage_error_is_one_line_naming_the_value_and_where_help_is(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["study", "--n-trials", "abc"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "autotune study: error: argument --n-trials: invalid int value: 'abc'; "
+        "see 'autotune study --help'\n"
+    )
+
+
 def test_re_export_measures_the_shipped_entries_as_incumbents(pipeline, tmp_path) -> None:
     shipped = {"attention": "sdpa_math", "heads": "strided", "mask": "elide"}
     out = _table_with_entry(pipeline, tmp_path, shipped)

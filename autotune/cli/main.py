@@ -8,6 +8,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from autotune.cli import info, long, results, ship, tune
 from autotune.cli.common import CliError
@@ -15,8 +16,16 @@ from autotune.cli.common import CliError
 GROUPS = (info, tune, ship, results, long)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (the bad value, and where help is) rather
+    than the whole usage block before it; every command's parser is one of these."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see '{self.prog} --help'\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="autotune",
         description="Tune a fixed Transformer layer per input shape under a hard "
         "per-element correctness rule, and export the winners as a dispatch table.",
