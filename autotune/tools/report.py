@@ -752,16 +752,16 @@ def write_report(
                 }
             )
         evidence = pd.DataFrame(rows)
+        shown = evidence.astype(object).where(evidence.notna(), "-")  # no evidence: "-"
+        for column in shown.columns:
+            shown[column] = [f"{v:.3g}" if isinstance(v, float) else v for v in shown[column]]
         lines += [
             "## Correctness evidence per entry",
             "",
             "Plans by hash (the table module lists each entry's knobs); an entry that keeps "
             "the reference has no evidence of its own (`-`).",
             "",
-            evidence.astype(object)
-            .apply(lambda col: [f"{v:.3g}" if isinstance(v, float) and v == v else v for v in col])
-            .where(evidence.notna(), "-")
-            .to_markdown(index=False, colalign=("left", "left", *["right"] * 5, "left")),
+            shown.to_markdown(index=False, colalign=("left", "left", *["right"] * 5, "left")),
             "",
         ]
     if studies:
