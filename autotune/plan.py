@@ -372,8 +372,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "row_ffn_block",
         0,
-        "fused_layer heads, rows and seq: FFN columns per step of the kernel that runs the "
-        "FFN (0: 64, or 32 where d_model > 128); fewer, fewer live registers a step",
+        "fused_layer heads, rows and seq: how many FFN columns the fused kernel computes a "
+        "step (0: its default, 64, or 32 where d_model > 128); a smaller block keeps fewer "
+        "registers live a step",
         choices=(0, 16, 32, 64, 128),
         group="kernels",
     ),
@@ -533,10 +534,12 @@ KNOBS: tuple[Knob, ...] = (
         "fused_layer=heads (its Triton kernels): each heads attention and post rows program "
         "loads its weight tiles (the head's q, k, v; Wo, W1 and W2 whole) before anything "
         "else, with pdl before its wait for the previous kernel, so the loads overlap that "
-        "kernel's tail; the output projection and the FFN in one step each (the same "
-        "arithmetic as one step each; d_model and ffn_dim padded to <= 128)",
+        "kernel's tail; then the output projection and the FFN each in a single step, not "
+        "in column blocks (the same arithmetic; d_model and ffn_dim, padded, at most 128)",
         choices=(False, True),
-        needs={True: "fused_layer=heads; no attn_gluon, row_gluon, one_launch, row_ffn_block"},
+        needs={
+            True: "fused_layer=heads; attn_gluon, row_gluon and row_ffn_block 0; one_launch off"
+        },
         group="kernels",
     ),
 )

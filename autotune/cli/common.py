@@ -16,11 +16,13 @@ class CliError(Exception):
     """A user error: printed as one line, exit code 2."""
 
 
-def add_gpu(p: argparse.ArgumentParser) -> None:
+def add_gpu(p: argparse.ArgumentParser, default: str = "cpu") -> None:
     p.add_argument(
         "--gpu",
-        default="cpu",
-        help="GPU profile: cpu, auto, h200, h100, a100, rtx4090, rtx5080 (default cpu)",
+        default=default,
+        help=f"GPU profile: cpu, auto, h200, h100, a100, rtx4090, rtx5080 (default {default}"
+        + (": the device at hand" if default == "auto" else "")
+        + ")",
     )
     p.add_argument(
         "--emulate",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from autotune.cli.common import DEFAULT_GOLDEN, chunk_pair, default_vectors
@@ -30,11 +31,16 @@ def cmd_cases(args: argparse.Namespace) -> int:
 def cmd_knobs(args: argparse.Namespace) -> int:
     from autotune.plan import KNOBS
 
+    print(
+        "[harness]: how the layer is put together (backends, precision, layout, graphs, "
+        "streams); [kernels]: tiles, warps and variants of the project's Triton kernels. "
+        "Values as a JSON plan writes them ('knob=value' on the command line takes them too)."
+    )
     for knob in KNOBS:
-        print(f"{knob.name} [{knob.group}] default {knob.default!r}: {knob.help}")
+        print(f"{knob.name} [{knob.group}] default {json.dumps(knob.default)}: {knob.help}")
         print(f"    values: {knob.describe_values()}")
         for value, need in knob.needs.items():
-            print(f"    {value!r} needs {need}")
+            print(f"    {json.dumps(value)} needs {need}")
     return 0
 
 

@@ -301,8 +301,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="also the table's host microseconds per call, device microseconds and kernels "
         "per forward (profiler), the ceiling, and whether steady calls sync (CUDA)",
     )
-    add_gpu(p)
-    p.set_defaults(gpu="auto")
+    add_gpu(p, default="auto")
     p.add_argument(
         "--csv",
         help="append each case's row to this CSV as it ends; cases it already holds for "
@@ -317,8 +316,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
     p = sub.add_parser("validate", help="re-verify and re-time every entry of a table here")
     p.add_argument("--table", required=True)
-    add_gpu(p)
-    p.set_defaults(gpu="auto")
+    add_gpu(p, default="auto")
     p.add_argument("--cases", help="only these cases (a case spec; default: every entry)")
     p.add_argument(
         "--quick",

@@ -665,7 +665,7 @@ def run_efficiency(
             )
             + "; a seed that never got there counts as budget + 1):"
         )
-    emit(pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"))
+    emit(_markdown(pd.DataFrame(rows)))
     early = [r for r in runs if r.stopped]
     if early:
         emit(f"{len(early)} of {len(runs)} runs stopped before spending the budget:")
@@ -713,3 +713,19 @@ def run_efficiency(
     write_atomic(out / "efficiency.json", json.dumps(record, indent=1, default=str) + "\n")
     emit(f"wrote {out / 'efficiency.json'} and {out / 'efficiency.png'}")
     return True, record
+
+
+def _markdown(frame: Any) -> str:
+    """A result table as people read it: "-" where a sampler never got there (no value),
+    yes / no for flags, numbers to 3 figures."""
+    shown = frame.astype(object).where(frame.notna(), "-")
+    for column in shown.columns:
+        shown[column] = [
+            ("yes" if v else "no")
+            if isinstance(v, bool)
+            else f"{v:.3g}"
+            if isinstance(v, float)
+            else v
+            for v in shown[column]
+        ]
+    return shown.to_markdown(index=False)

@@ -310,7 +310,9 @@ class StudyProgress:
         return state
 
     def postfix(self) -> dict[str, str]:
-        share = self.feasible / self.finished if self.finished else 0.0
+        if not self.finished:  # nothing measured yet: nothing to show as 0
+            return {"best": "-", "feasible": "-"}
+        share = self.feasible / self.finished
         return {"best": f"{self.best_speedup:.2f}x", "feasible": f"{100 * share:.0f}%"}
 
 

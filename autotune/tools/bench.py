@@ -370,8 +370,8 @@ def read_csv(path: str | Path) -> list[BenchRow]:
             missing = [f for f in ("case", "verdict", "table_hash") if f not in data]
             if missing:
                 raise ValueError(
-                    f"{str(path)!r} is not a bench CSV of this version (no {missing}); "
-                    "give another --csv"
+                    f"{str(path)!r} is not a CSV that 'autotune bench --csv' writes (no "
+                    f"{', '.join(missing)} column); give one it wrote"
                 )
             rows.append(_row_from_csv(data))
     return rows

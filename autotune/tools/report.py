@@ -191,8 +191,16 @@ def _plain_log_ticks(axis: Any) -> None:
 
     lo, hi = axis.axes.get_ylim()
     decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
-    subs = (1.0, 1.5, 2.0, 3.0, 5.0, 7.0) if decades <= 1.2 else (1.0, 2.0, 5.0)
-    axis.set_major_locator(LogLocator(base=10, subs=subs if decades <= 4 else (1.0,)))
+    subs = (
+        (1.0, 1.5, 2.0, 3.0, 5.0, 7.0)
+        if decades <= 1.2
+        else (1.0, 2.0, 3.0, 5.0)
+        if decades <= 2.5
+        else (1.0, 2.0, 5.0)
+        if decades <= 4
+        else (1.0,)
+    )
+    axis.set_major_locator(LogLocator(base=10, subs=subs))
     axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
 
@@ -353,7 +361,10 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
         "## Where the time goes",
         "",
         "From the bench's hot path: host microseconds a call (`host_us`), "
-        "device microseconds and kernels a forward (profiler), what paces a steady forward "
+        "device microseconds and kernels a forward (profiler: the union of the kernels' "
+        "spans since c4b511a; a CSV from before it holds their sum, which counts a `pdl` "
+        "kernel's wait for the one before it and can exceed the forward), what paces a "
+        "steady forward "
         f"(`host at {HOST_HEADROOM:g}x`: it would be the host, were the host "
         f"{HOST_HEADROOM:g} times as slow)"
         + (
@@ -487,7 +498,8 @@ def plot_speedups(frame: pd.DataFrame, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(cases) + 2), 4))
     for i, (name, values) in enumerate(series.items()):
         xs = [j + i * width for j in range(len(cases))]
-        ax.bar(xs, [v if v > 0 else float("nan") for v in values], width, label=name)
+        label = name if any(v > 0 for v in values) else f"{name} (no passing run: no bars)"
+        ax.bar(xs, [v if v > 0 else float("nan") for v in values], width, label=label)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))], cases)
     ax.set_yscale("log")
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -511,7 +523,9 @@ def plot_history(studies: list[Any], out: Path) -> Path:
         if frame.empty:
             continue
         best = frame["speedup"].fillna(0).cummax()
-        ax.plot(frame["trial"], best, label=f"case {trials.case_id_of(study)}")
+        i = studies.index(study)  # 20 colours, then dashed: 14 cases never share a line
+        style = {"color": plt.get_cmap("tab20")(i % 20), "linestyle": "-" if i < 20 else "--"}
+        ax.plot(frame["trial"], best, label=f"case {trials.case_id_of(study)}", **style)
     ax.set_xlabel("trial")
     ax.set_ylabel("best feasible speedup so far")
     ax.set_yscale("log")

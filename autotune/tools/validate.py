@@ -254,7 +254,9 @@ def validate_table(
             f"the runtime refuses this table here: {'; '.join(compatibility)}; its entries "
             "are verified on this device below (none of them 'holds' for this table)"
         )
-    for key in sorted(table.entries, key=str):
+    from autotune.core.cases import case_sort_key
+
+    for key in sorted(table.entries, key=lambda k: case_sort_key(str(table.entries[k]["case"]))):
         if cases is not None and table.entries[key].get("case") not in cases:
             continue
         check = validate_entry(
