@@ -157,7 +157,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         print(
             f"case {summary.case.id}: {summary.measured} measured trials ({summary.new_trials} "
             f"new, {summary.seconds:.0f} s; {summary.trials - summary.measured} free: repeats, "
-            f"forbidden, refused or failed), {summary.feasible} feasible, best {best}; "
+            f"forbidden, refused, failed or surplus), {summary.feasible} feasible, best {best}; "
             f"study {summary.name!r}"
             + (
                 f"; stopped at {summary.measured} of {summary.target}: {summary.stopped}"

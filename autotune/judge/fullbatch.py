@@ -592,6 +592,8 @@ def verify_cases(
     device = routes[0].device
     dense = any(r.dense_reference for r in routes)
     results: list[dict[str, Any]] = []
+    for case in cases:  # every case's batch fits this machine, before any runs
+        _check_host_memory(case, routes)
     for case in cases:
         if dense_reference_fits(case, device) and not force and not dense:
             raise ValueError(
@@ -600,7 +602,6 @@ def verify_cases(
             )
         if dense and not dense_reference_fits(case, device):
             raise ValueError(f"--dense: the dense reference cannot run case {case.id} here")
-        _check_host_memory(case, routes)
         log(
             f"case {case.id} ({case.config}): {len(routes)} route(s) x {len(seeds)} seed(s), "
             f"whole batch against the streamed oracle (chunks {oracle_chunks[0]}x"

@@ -367,11 +367,7 @@ def make_objective(
     stops the evaluation in flight and fails the trial (``autotune.search.interrupt``)."""
 
     def exhausted() -> bool:
-        """Every plan of the space is measured: further trials could only repeat (the
-        space is enumerated only as far as the number of plans tried, never counted)."""
-        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        tried = [t for t in done if trials.counts(t) or trials.UNSUPPORTED_HERE in t.user_attrs]
-        return not space.larger_than(len({t.user_attrs.get(trials.PLAN_HASH) for t in tried}))
+        return space_spent(study, space)
 
     def objective(trial: optuna.Trial) -> list[float]:
         run.in_flight = trial._trial_id
@@ -433,6 +429,15 @@ def make_objective(
     return objective
 
 
+def space_spent(study: optuna.Study, space: SearchSpace) -> bool:
+    """Every plan of the space is measured (or refused here): further trials could only
+    repeat (the space is enumerated only as far as the number of plans tried, never
+    counted)."""
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    tried = [t for t in done if trials.counts(t) or trials.UNSUPPORTED_HERE in t.user_attrs]
+    return not space.larger_than(len({t.user_attrs.get(trials.PLAN_HASH) for t in tried}))
+
+
 def _quiet_optuna() -> None:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
 
@@ -461,8 +466,9 @@ def optimize(
             run.spent += 1
         if run.free_streak >= MAX_FREE_STREAK and not run.why:
             run.why = (
-                f"the sampler proposed only measured plans {MAX_FREE_STREAK} times in a row "
-                "(--sampler random or grid reach every plan of a small space)"
+                f"{MAX_FREE_STREAK} free trials in a row (plans measured before, forbidden by "
+                "the space or refused on this device; --sampler random or grid reach every "
+                "plan of a small space)"
             )
         if run.spent - start >= max_trials and not run.why:
             run.why = f"{max_trials} trials spent, some failed in the harness (see the study)"

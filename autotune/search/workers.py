@@ -282,7 +282,7 @@ def run_case_with_workers(
     each when there are GPUs); returns what the study holds afterwards."""
     import torch
 
-    from autotune.search.study import StudyProgress, open_study, summarise_study
+    from autotune.search.study import StudyProgress, open_study, space_spent, summarise_study
 
     start = time.perf_counter()
     study = open_study(selection, case, space, storage, options.sampler, options.seed, warm)
@@ -315,4 +315,7 @@ def run_case_with_workers(
     finally:
         close()
     completed = trials.completed_trials(study)
-    return summarise_study(study, case, completed - before, start, options.n_trials)
+    # The workers' own stop reasons stay in their processes; the space's is readable here.
+    spent = space_spent(study, space)
+    why = "every plan of the search space is measured" if spent else "see the workers' log"
+    return summarise_study(study, case, completed - before, start, options.n_trials, why)

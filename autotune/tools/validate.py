@@ -256,7 +256,10 @@ def validate_table(
         )
     from autotune.core.cases import case_sort_key
 
-    for key in sorted(table.entries, key=lambda k: case_sort_key(str(table.entries[k]["case"]))):
+    def case_order(key: tuple[object, ...]) -> tuple[int, str]:
+        return case_sort_key(str(table.entries[key].get("case", "")))
+
+    for key in sorted(table.entries, key=case_order):
         if cases is not None and table.entries[key].get("case") not in cases:
             continue
         check = validate_entry(
