@@ -665,7 +665,7 @@ def run_efficiency(
             )
             + "; a seed that never got there counts as budget + 1):"
         )
-    emit(_markdown(pd.DataFrame(rows)))
+    emit(markdown_for_people(pd.DataFrame(rows)))
     early = [r for r in runs if r.stopped]
     if early:
         emit(f"{len(early)} of {len(runs)} runs stopped before spending the budget:")
@@ -715,9 +715,9 @@ def run_efficiency(
     return True, record
 
 
-def _markdown(frame: Any) -> str:
-    """A result table as people read it: "-" where a sampler never got there (no value),
-    yes / no for flags, numbers to 3 figures."""
+def markdown_for_people(frame: Any, colalign: tuple[str, ...] | None = None) -> str:
+    """A pandas table as people read it: "-" where there is no value (a sampler that never
+    got there, an entry without evidence), yes / no for flags, numbers to 3 figures."""
     shown = frame.astype(object).where(frame.notna(), "-")
     for column in shown.columns:
         shown[column] = [
@@ -728,4 +728,4 @@ def _markdown(frame: Any) -> str:
             else v
             for v in shown[column]
         ]
-    return shown.to_markdown(index=False)
+    return shown.to_markdown(index=False, colalign=colalign)

@@ -366,9 +366,6 @@ def make_objective(
     else evaluate; store everything and set the constraints. Ctrl-C
     stops the evaluation in flight and fails the trial (``autotune.search.interrupt``)."""
 
-    def exhausted() -> bool:
-        return space_spent(study, space)
-
     def objective(trial: optuna.Trial) -> list[float]:
         run.in_flight = trial._trial_id
         run.last_free = False
@@ -383,7 +380,7 @@ def make_objective(
         if prior is not None:
             outcome = trials.mark_duplicate(trial, prior)  # free: it does not count
             run.last_free = True
-            if exhausted():
+            if space_spent(study, space):
                 run.stop = True
                 run.why = "every plan of the search space is measured"
         elif (reason := space.violated(plan)) is not None:

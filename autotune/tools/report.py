@@ -765,17 +765,16 @@ def write_report(
                     "from": _entry_source(entry),
                 }
             )
+        from autotune.search.efficiency import markdown_for_people
+
         evidence = pd.DataFrame(rows)
-        shown = evidence.astype(object).where(evidence.notna(), "-")  # no evidence: "-"
-        for column in shown.columns:
-            shown[column] = [f"{v:.3g}" if isinstance(v, float) else v for v in shown[column]]
         lines += [
             "## Correctness evidence per entry",
             "",
             "Plans by hash (the table module lists each entry's knobs); an entry that keeps "
             "the reference has no evidence of its own (`-`).",
             "",
-            shown.to_markdown(index=False, colalign=("left", "left", *["right"] * 5, "left")),
+            markdown_for_people(evidence, ("left", "left", *["right"] * 5, "left")),
             "",
         ]
     if studies:
