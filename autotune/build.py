@@ -14,6 +14,7 @@ right: a candidate is a drop-in for the reference on every input.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from autotune.core.reference import (
     TransformerConfig,
     settings_key,
 )
+from autotune.core.threads import FreshOnCopy
 from autotune.plan import Plan
 
 __all__ = [
@@ -173,17 +175,24 @@ def _set(module: torch.nn.Module, name: str, value: Any) -> None:
     object.__setattr__(module, name, value)
 
 
-class CandidateTransformer(ReferenceTransformer):
+class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     """The reference's parameters with a forward that follows a plan.
 
     Derived weights (packed QKV, fp16 copies, fused-block views) and captured graphs are
     made once per parameter version: ``load_state_dict`` and ``.to()``/``.cuda()`` bump
     it; code that edits parameters in place otherwise calls ``refresh()``. The steady
     state reads one integer, never the parameters.
+
+    Captured graphs replay on buffers this object owns: a lock makes a call's staging,
+    replay and output hand-off one step, so threads sharing a module take turns there.
     """
+
+    # The graph path's lock: staging inputs, capturing and replaying are one step a call.
+    FRESH = (("_graph_lock", threading.Lock),)
 
     def __init__(self, config: TransformerConfig, plan: Plan, device: DeviceInfo) -> None:
         super().__init__(config)
+        self._make_fresh()
         reasons = not_supported_reasons(plan, config, device)
         if reasons:
             raise UnsupportedPlan(reasons)
@@ -396,18 +405,19 @@ class CandidateTransformer(ReferenceTransformer):
     ) -> Tensor:
         key = (x.shape, x.dtype, x.device, kind, settings_key())
         graphs = self._graphs
-        graph = graphs.pop(key, None)
-        if graph is not None:
-            graphs[key] = graph  # most recently used last: a dict move, no device work
-        else:
-            if len(graphs) >= self.MAX_GRAPH_SHAPES:  # many shapes: the least recent goes
-                del graphs[next(iter(graphs))]
-            graph = _CapturedForward(
-                lambda xx, mm, out=None: self._chunked(xx, mm, kind, weights, out), x, mask
-            )
-            self._graphs[key] = graph
-        _set(self, "last_route", f"graph mask={kind}")
-        return graph.replay(x, mask)
+        with self._graph_lock:  # another thread's staging or replay must not interleave
+            graph = graphs.pop(key, None)
+            if graph is not None:
+                graphs[key] = graph  # most recently used last: a dict move, no device work
+            else:
+                if len(graphs) >= self.MAX_GRAPH_SHAPES:  # many shapes: the least recent goes
+                    del graphs[next(iter(graphs))]
+                graph = _CapturedForward(
+                    lambda xx, mm, out=None: self._chunked(xx, mm, kind, weights, out), x, mask
+                )
+                self._graphs[key] = graph
+            _set(self, "last_route", f"graph mask={kind}")
+            return graph.replay(x, mask)
 
     def _forward_core(
         self,

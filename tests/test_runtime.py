@@ -4,6 +4,7 @@ is skipped for the contract, and what a table made under other torch/triton says
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -359,3 +360,163 @@ def test_explain_and_the_log_say_what_the_guard_decided_per_call(
     assert summary.startswith(f"last call: {poly} of 4 attention calls polynomial")
     logged = [r.getMessage() for r in caplog.records if r.name == "autotune.runtime"]
     assert any(summary in m for m in logged) and sum(m.strip() in calls for m in logged) == 4
+
+
+@pytest.fixture()
+def newer_precision_api():
+    """Precisions set through torch.backends.fp32_precision (the newer API) that the
+    legacy cuDNN flag cannot express: reading it raises. Every precision setting is put back after."""
+    from autotune.core.reference import _FP32_PRECISION_HOLDERS, flags_state, restore_flags
+
+    legacy = flags_state()
+    assert legacy[0] == "legacy"
+    newer = [holder().fp32_precision for holder in _FP32_PRECISION_HOLDERS]
+    # cuDNN's convolutions and RNNs at different precisions: no single legacy flag.
+    torch.backends.fp32_precision = "ieee"
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    torch.backends.cudnn.rnn.fp32_precision = "tf32"
+    with pytest.raises(RuntimeError):
+        torch.backends.cudnn.allow_tf32  # noqa: B018 (what a plain read does now)
+    yield
+    for holder, value in zip(_FP32_PRECISION_HOLDERS, newer, strict=True):
+        holder().fp32_precision = value
+    restore_flags(legacy)
+
+
+def test_the_newer_precision_api_serves_and_is_restored(table, newer_precision_api) -> None:
+    """A process on ``torch.backends.fp32_precision``: forwards run (outside serving(): the
+    reference, with the contract warning), serving() serves the tuned entry and puts the
+    newer API's settings back."""
+    from autotune.core.reference import flags_state
+
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    before = flags_state()
+    assert before[0] == "fp32_precision"
+    with torch.inference_mode():
+        with pytest.warns(UserWarning, match="fp32_precision, the newer API"):
+            out = model(x)
+        assert torch.equal(out, ref(x))  # the reference served
+    with serving():
+        out = model(x)
+        assert model.last_route.plan is not None
+        assert check_outputs(out, ref(x)).passed
+    assert flags_state() == before
+    with pytest.raises(RuntimeError):  # as the process left it: the legacy read refused
+        torch.backends.cudnn.allow_tf32  # noqa: B018
+
+
+def test_serving_from_two_threads_restores_the_flags_once_both_leave(table, default_flags) -> None:
+    """The flags are the process's: a thread leaving serving() while another is still
+    inside leaves them official; the last to leave puts back what the first found."""
+    import threading
+
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    a_inside, a_left, b_done = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def thread_a() -> None:
+        with serving():
+            a_inside.set()
+            assert b_done.wait(0) is False
+            seen["a"] = model(x).clone()
+        a_left.set()
+
+    def thread_b() -> None:
+        a_inside.wait(10)
+        with serving():
+            a_left.wait(10)  # A has left; B is still inside
+            seen["b"] = model(x).clone()
+            seen["b_route"] = model.last_route
+        b_done.set()
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a call sent to the reference for the flags warns
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert seen["b_route"].plan is not None, seen["b_route"]  # the tuned plan, not the reference
+    with serving():
+        assert check_outputs(seen["b"], ref(x)).passed
+    assert torch.get_float32_matmul_precision() == "highest"
+    assert not torch.backends.cuda.matmul.allow_tf32
+
+
+def test_last_route_is_each_threads_own(table) -> None:
+    """Two threads on one model, one at the tuned shape and one at an untuned one: each
+    reads its own call's route, and each call key is resolved once."""
+    import threading
+
+    model, _ = _model(table)
+    tuned, untuned = torch.randn(2, 16, 32), torch.randn(1, 16, 32)
+    wrong: list[str] = []
+    start = threading.Barrier(2)
+
+    def serve(x: torch.Tensor, want_plan: bool) -> None:
+        start.wait(10)
+        with serving():
+            for _ in range(30):
+                model(x)
+                if (model.last_route.plan is not None) != want_plan:
+                    wrong.append(str(model.last_route))
+
+    threads = [
+        threading.Thread(target=serve, args=(tuned, True)),
+        threading.Thread(target=serve, args=(untuned, False)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not wrong, wrong[:3]
+    assert model.last_route is None  # this thread made no call
+    assert len(model._served) == 2
+
+
+def test_an_empty_batch_or_sequence_goes_to_the_reference(table) -> None:
+    model, ref = _model(table)
+    with serving():
+        for shape in ((0, 16, 32), (2, 0, 32)):
+            x = torch.randn(*shape)
+            mask = torch.ones(shape[:2], dtype=torch.bool)
+            route = model.explain(x, mask)
+            assert route.plan is None and "is empty" in str(route)
+            out = model(x, mask)
+            assert out.shape == ref(x, mask).shape == shape
+
+
+def test_a_model_with_a_table_copies_after_serving(table) -> None:
+    """Locks and per-thread state are made afresh in a copy, never copied."""
+    import copy
+
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with serving():
+        model(x)
+        twin = copy.deepcopy(model)
+        assert twin.last_route is None  # a fresh thread-local store
+        assert check_outputs(twin(x), ref(x)).passed
+        assert twin.last_route.plan is not None
+    assert twin._resolve_lock is not model._resolve_lock
+
+
+def test_an_emulated_table_is_refused_on_another_gpu_of_its_capability(tmp_path) -> None:
+    """A table emulated on one GPU was verified there: another card of the same
+    capability (an H100 for a table emulated on the H200) must validate it first."""
+    from autotune.core.device import DeviceInfo
+
+    path = _write_table(tmp_path)
+    text = path.read_text()
+    table = load_table(path)
+    prov = dict(table.provenance, emulated=True)
+    prov["device"] = {"capability": [9, 0], "name": "NVIDIA H200", "type": "cuda"}
+    emulated = dataclasses.replace(table, provenance=prov)
+    h100 = DeviceInfo(type="cuda", name="NVIDIA H100 80GB HBM3", capability=(9, 0))
+    (problem,) = compatibility_problems(emulated, h100)
+    assert "emulating profile 'cpu' on NVIDIA H200" in problem and "H100" in problem
+    h200 = DeviceInfo(type="cuda", name="NVIDIA H200", capability=(9, 0))
+    assert compatibility_problems(emulated, h200) == []
+    assert path.read_text() == text

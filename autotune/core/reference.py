@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -287,9 +288,18 @@ _get_precision = getattr(torch._C, "_get_float32_matmul_precision", None) or (
 _cublas_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None) or (
     lambda: torch.backends.cuda.matmul.allow_tf32
 )
-_cudnn_tf32 = getattr(torch._C, "_get_cudnn_allow_tf32", None) or (
+_cudnn_tf32_raw = getattr(torch._C, "_get_cudnn_allow_tf32", None) or (
     lambda: torch.backends.cudnn.allow_tf32
 )
+
+
+def cudnn_tf32() -> bool | None:
+    """cuDNN's TF32 flag, or None where torch refuses to read it (torch 2.13 raises once
+    the process set ``torch.backends.fp32_precision``, the newer API)."""
+    try:
+        return _cudnn_tf32_raw()
+    except RuntimeError:
+        return None
 
 
 def settings_key() -> tuple[Any, ...]:
@@ -299,35 +309,81 @@ def settings_key() -> tuple[Any, ...]:
         torch.is_grad_enabled(),
         torch.is_inference_mode_enabled(),
         _cublas_tf32(),
-        _cudnn_tf32(),
+        cudnn_tf32(),
         matmul_precision(),
     )
+
+
+# torch's newer precision settings (``torch.backends.fp32_precision`` and its children),
+# where this torch has them: saved and restored in this order, the root first.
+_FP32_PRECISION_HOLDERS = (
+    lambda: torch.backends,
+    lambda: torch.backends.cuda.matmul,
+    lambda: torch.backends.cudnn,
+    lambda: torch.backends.cudnn.conv,
+    lambda: torch.backends.cudnn.rnn,
+    lambda: torch.backends.mkldnn,
+)
+
+FlagsState = tuple[str, tuple[Any, ...]]
+
+
+def flags_state() -> FlagsState:
+    """The process's precision flags as they can be put back: the legacy ones (matmul
+    precision, both ``allow_tf32``) where torch reads them, else the newer API's values."""
+    try:
+        return "legacy", (_get_precision(), _cublas_tf32(), _cudnn_tf32_raw())
+    except RuntimeError:  # the newer API is in use: the legacy flags are unreadable
+        values = (getattr(holder(), "fp32_precision", None) for holder in _FP32_PRECISION_HOLDERS)
+        return "fp32_precision", tuple(values)
+
+
+def restore_flags(state: FlagsState) -> None:
+    """Put back what ``flags_state()`` read."""
+    kind, values = state
+    if kind == "legacy":
+        torch.set_float32_matmul_precision(values[0])
+        torch.backends.cuda.matmul.allow_tf32 = values[1]
+        torch.backends.cudnn.allow_tf32 = values[2]
+        return
+    for holder, value in zip(_FP32_PRECISION_HOLDERS, values, strict=True):
+        if value is not None:
+            holder().fp32_precision = value
+
+
+# The flags are the process's, not a thread's: threads inside official_settings() at once
+# share one saved state, saved by the first to enter and put back by the last to leave.
+_OFFICIAL_LOCK = threading.Lock()
+_official_depth = 0
+_official_saved: FlagsState | None = None
 
 
 @contextlib.contextmanager
 def official_settings() -> Iterator[None]:
-    """The benchmark's runtime flags (matmul precision "high", TF32 on), restored on exit
-    (a precision torch cannot report is left to the restored TF32 flags)."""
-    previous = (
-        matmul_precision(),
-        torch.backends.cuda.matmul.allow_tf32,
-        torch.backends.cudnn.allow_tf32,
-    )
-    torch.set_float32_matmul_precision("high")
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    """The benchmark's runtime flags (matmul precision "high", TF32 on), restored on exit.
+
+    The flags are process-wide: while any thread is inside, every thread sees them.
+    Entered by several threads at once (or nested), they are saved by the first to enter
+    and restored by the last to leave. Flags set through torch's newer ``fp32_precision``
+    API are restored through it."""
+    global _official_depth, _official_saved
+    with _OFFICIAL_LOCK:
+        if _official_depth == 0:
+            _official_saved = flags_state()
+        # Set by every entrant: a thread inside may have changed them since.
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+        _official_depth += 1
     try:
         yield
     finally:
-        if previous[0] is not None:
-            torch.set_float32_matmul_precision(previous[0])
-        torch.backends.cuda.matmul.allow_tf32 = previous[1]
-        torch.backends.cudnn.allow_tf32 = previous[2]
+        with _OFFICIAL_LOCK:
+            _official_depth -= 1
+            if _official_depth == 0 and _official_saved is not None:
+                restore_flags(_official_saved)
+                _official_saved = None
 
 
 def official_settings_active() -> bool:
-    return (
-        matmul_precision() == "high"
-        and torch.backends.cuda.matmul.allow_tf32
-        and torch.backends.cudnn.allow_tf32
-    )
+    return matmul_precision() == "high" and bool(_cublas_tf32()) and cudnn_tf32() is True

@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,11 +48,13 @@ from autotune.core.device import DeviceInfo, detect_device
 from autotune.core.reference import (
     ReferenceTransformer,
     TransformerConfig,
+    cudnn_tf32,
     matmul_precision,
     official_settings,
     official_settings_active,
     settings_key,
 )
+from autotune.core.threads import FreshOnCopy
 from autotune.plan import Plan
 from autotune.runtime import buckets as bucketing
 from autotune.runtime.table import DispatchTable, compatibility_problems, load_table
@@ -80,7 +83,13 @@ def _flag_differences() -> list[str]:
     out = []
     if not torch.backends.cuda.matmul.allow_tf32:
         out.append("torch.backends.cuda.matmul.allow_tf32=False")
-    if not torch.backends.cudnn.allow_tf32:
+    cudnn = cudnn_tf32()
+    if cudnn is None:
+        out.append(
+            "torch.backends.cudnn.allow_tf32 unreadable (torch.backends.fp32_precision, "
+            "the newer API, is in use)"
+        )
+    elif not cudnn:
         out.append("torch.backends.cudnn.allow_tf32=False")
     precision = matmul_precision()
     if precision is None:
@@ -178,8 +187,16 @@ def _config_at(config: TransformerConfig, key: tuple[Any, ...]) -> TransformerCo
     return dataclasses.replace(config, batch_size=key[0], seq_len=key[1])
 
 
-class DispatchedTransformer(ReferenceTransformer):
-    """Drop-in for the reference: same parameters, same forward, tuned plans inside."""
+class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
+    """Drop-in for the reference: same parameters, same forward, tuned plans inside.
+
+    Threads may share one model: a call key's first call (its route, and any one-time
+    gate) is resolved by one thread while the others wait, ``last_route`` is each
+    thread's own, and a captured graph replays for one thread at a time.
+    """
+
+    # Per thread: the last call's route. One lock: resolving a call key's first call.
+    FRESH = (("_local", threading.local), ("_resolve_lock", threading.Lock))
 
     def __init__(
         self,
@@ -190,6 +207,7 @@ class DispatchedTransformer(ReferenceTransformer):
         gate_cache: str | Path | None = None,
     ) -> None:
         super().__init__(config)
+        self._make_fresh()
         self.table: DispatchTable | None = load_table(table) if table is not None else None
         self.gate_unseen = gate_unseen
         self.gate_cache = Path(gate_cache) if gate_cache is not None else None
@@ -205,10 +223,14 @@ class DispatchedTransformer(ReferenceTransformer):
         self._served: dict[tuple[Any, ...], tuple[Route, CandidateTransformer | None]] = {}
         self._warned = False  # the table refused as a whole: said once
         self._warned_contract = False  # a tuned entry skipped for the contract: said once
-        self.last_route: Route | None = None
         # Per call key, what a guarded approximation decided on its last call.
         self._guards: dict[tuple[Any, ...], tuple[str, ...]] = {}
         self.register_load_state_dict_post_hook(lambda module, keys: module.refresh())
+
+    @property
+    def last_route(self) -> Route | None:
+        """Where this thread's last call went (None before its first call)."""
+        return getattr(self._local, "route", None)
 
     def refresh(self) -> None:
         """The parameters changed in place: the plans remake their derived weights and
@@ -252,6 +274,8 @@ class DispatchedTransformer(ReferenceTransformer):
             return Route(
                 "reference", None, None, (f"x shape {tuple(x.shape)} is not [B, S, {c.d_model}]",)
             )
+        if x.shape[0] == 0 or x.shape[1] == 0:
+            return Route("reference", None, None, (f"x shape {tuple(x.shape)} is empty",))
         key = (
             x.shape[0],
             x.shape[1],
@@ -500,9 +524,12 @@ class DispatchedTransformer(ReferenceTransformer):
         key = _call_key(x, valid_token_mask)
         served = self._served.get(key)
         if served is None:
-            served = self._served[key] = self._resolve(x, valid_token_mask)
+            with self._resolve_lock:  # one thread resolves (and gates); the others wait
+                served = self._served.get(key)
+                if served is None:
+                    served = self._served[key] = self._resolve(x, valid_token_mask)
         route, cand = served
-        object.__setattr__(self, "last_route", route)  # no nn.Module checks per call
+        self._local.route = route
         if cand is None:
             return super().forward(x, valid_token_mask)
         out = cand.forward(x, valid_token_mask)  # our own candidate: no hooks to run
@@ -516,9 +543,7 @@ class DispatchedTransformer(ReferenceTransformer):
         assert route.plan is not None
         report = guard_report(cand.guard_log, batch, route.plan.batch_chunk, self.config.num_layers)
         self._guards[key] = report
-        object.__setattr__(
-            self, "last_route", dataclasses.replace(route, guard=(guard_rule(route.plan), *report))
-        )
+        self._local.route = dataclasses.replace(route, guard=(guard_rule(route.plan), *report))
         LOG.info("%s: %s", route.target, report[0])
         for line in report[1:]:
             LOG.debug("  %s", line)

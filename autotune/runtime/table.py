@@ -237,9 +237,10 @@ def compatibility_problems(table: DispatchTable, device: DeviceInfo) -> list[str
                 f"table was made for capability sm_{''.join(map(str, cap))} "
                 f"({made_on.get('name')}), this GPU is {device.sm} ({device.name})"
             )
-        elif made_on.get("name") != device.name and not prov.get("emulated"):
+        elif made_on.get("name") != device.name:
+            how = f"emulating profile {table.profile!r} " if prov.get("emulated") else ""
             problems.append(
-                f"table was made on {made_on.get('name')}, this GPU is "
+                f"table was made {how}on {made_on.get('name')}, this GPU is "
                 f"{device.name}; validate it here with 'autotune validate'"
             )
     versions = prov.get("versions", {})

@@ -253,3 +253,36 @@ def test_eager_launch_probe_measures_host_time_per_launch() -> None:
     value = eager_launch_us(launches=50, rounds=3)
     assert 0.0 < value < 1000.0
     assert torch.cuda.current_stream().query()
+
+
+def test_threads_sharing_a_graphed_module_each_get_their_own_inputs_forward():
+    """Two threads call one captured forward with inputs at fresh addresses (copied into
+    the graph's buffers each call): a call's staging and replay are one step, so neither
+    thread's replay reads the other's inputs, and held outputs stay theirs."""
+    import threading
+
+    ref, cand = _pair()
+    inputs = {t: [_inputs(100 * t + i) for i in range(12)] for t in (1, 2)}
+    outs: dict[int, list[torch.Tensor]] = {1: [], 2: []}
+    start = threading.Barrier(2)
+
+    def serve(t: int) -> None:
+        start.wait(30)
+        with serving():
+            for _ in range(5):
+                for x, mask in inputs[t]:
+                    outs[t].append(cand(x.clone(), mask.clone()))  # never the same address
+            torch.cuda.current_stream().synchronize()
+
+    with serving():
+        cand(*_inputs(0))  # captured before the threads start
+    threads = [threading.Thread(target=serve, args=(t,)) for t in (1, 2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    with serving():
+        for t in (1, 2):
+            assert len(outs[t]) == 60
+            for i, got in enumerate(outs[t]):
+                _assert_close(got, ref(*inputs[t][i % 12]))
