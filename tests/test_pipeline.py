@@ -15,6 +15,7 @@ import torch
 from autotune.cli import main
 from autotune.plan import Plan
 from autotune.runtime import DispatchedTransformer, load_table
+from autotune.runtime.table import read_table_file
 from autotune.search.trials import counts, study_name
 from autotune.ship.export import render_table
 from tests.conftest import ROOT, cli
@@ -797,3 +798,39 @@ def test_busy_us_counts_overlapping_kernels_once() -> None:
     assert busy_us([ev(0, 5), ev(10, 12)]) == 7.0  # apart: 5 + 2, the gap not counted
     assert busy_us([ev(4, 9), ev(0, 6)]) == 9.0  # overlapping, in any order: 0..9
     assert busy_us([ev(0, 10), ev(2, 3), ev(10, 11)]) == 11.0  # inside one; touching
+
+
+def test_export_refuses_an_out_it_must_not_replace_before_measuring(
+    pipeline, tmp_path, capsys
+) -> None:
+    """Another profile's table, an edited table and a file of your own are refused at once
+    (exit 2, the file unchanged); --fresh replaces them. A directory or an unwritable
+    place is refused before anything is measured."""
+    db = pipeline["db"]
+    values = read_table_file(pipeline["table"])
+    h200 = tmp_path / "h200.py"
+    h200.write_text(render_table("h200", 3, values["PROVENANCE"], values["ENTRIES"]))
+    mine = tmp_path / "mine.py"
+    mine.write_text("def important():\n    return 42\n")
+    edited = tmp_path / "edited.py"
+    edited.write_text(pipeline["table"].read_text().replace("'admitted': True", "'admitted': 1"))
+    cases = {
+        h200: "is profile 'h200''s table (version 3)",
+        mine: "is not an autotune table",
+        edited: "fails its own checks",
+    }
+    for path, why in cases.items():
+        text = path.read_text()
+        assert cli(f"export --gpu cpu --storage {db} --out {path!s} --cases smoke-3") == 2
+        err = capsys.readouterr().err.strip()
+        assert why in err and "--fresh" in err and len(err.splitlines()) == 1, err
+        assert path.read_text() == text
+    assert cli(f"export --gpu cpu --storage {db} --out {tmp_path!s}") == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert cli(f"export --gpu cpu --storage {db} --out ''") == 2
+    assert "is not a file path" in capsys.readouterr().err
+    for bad in ("--finalists 0", "--max-memory -5", f"--verified {tmp_path / 'none.json'}"):
+        assert cli(f"export --gpu cpu --storage {db} --out {mine!s} {bad}") == 2
+        assert bad.split()[0] in capsys.readouterr().err
+    assert cli(f"export --gpu cpu --storage {db} --out {mine!s} --cases smoke-3 --fresh") == 0
+    assert [e["case"] for e in load_table(mine).entries.values()] == ["smoke-3"]

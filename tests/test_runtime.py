@@ -365,7 +365,8 @@ def test_explain_and_the_log_say_what_the_guard_decided_per_call(
 @pytest.fixture()
 def newer_precision_api():
     """Precisions set through torch.backends.fp32_precision (the newer API) that the
-    legacy cuDNN flag cannot express: reading it raises. Every precision setting is put back after."""
+    legacy cuDNN flag cannot express: reading it raises. Every precision setting is put
+    back after."""
     from autotune.core.reference import _FP32_PRECISION_HOLDERS, flags_state, restore_flags
 
     legacy = flags_state()

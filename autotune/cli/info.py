@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from autotune.cli.common import DEFAULT_GOLDEN, chunk_pair, default_vectors
+from autotune.core.files import write_atomic
 
 
 def cmd_cases(args: argparse.Namespace) -> int:
@@ -122,7 +123,7 @@ def cmd_kernels_inspect(args: argparse.Namespace) -> int:
             print("\n".join(format_stats(case, plan, stats, overrides)), flush=True)
             records.append(to_json(case, plan, stats, overrides))
     if args.json:
-        Path(args.json).write_text("[\n" + ",\n".join(records) + "\n]\n")
+        write_atomic(args.json, "[\n" + ",\n".join(records) + "\n]\n")
     return 0
 
 

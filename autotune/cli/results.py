@@ -15,6 +15,7 @@ from autotune.cli.common import (
     open_storage,
     selection,
 )
+from autotune.core.files import write_atomic
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -138,7 +139,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             flush=True,
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+        write_atomic(args.json, json.dumps(rows, indent=1) + "\n")
     return 0 if all(r["passed"] for r in rows) else 1
 
 

@@ -14,10 +14,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     from autotune.plan import EXPORT_ANCHORS, parse_anchors
     from autotune.ship.export import ExportOptions, export_table
 
+    if args.finalists < 1:
+        raise ValueError(f"--finalists {args.finalists}: give 1 or more (default 3)")
+    if args.max_memory is not None and not args.max_memory > 0:
+        raise ValueError(
+            f"--max-memory {args.max_memory:g}: give a cap in MiB above 0, or leave it out "
+            "for the profile's"
+        )
+    if args.verified is not None and not Path(args.verified).is_file():
+        raise ValueError(
+            f"--verified {args.verified}: no such file; give the JSON 'autotune long --out' wrote"
+        )
     chosen = selection(args)
     options = ExportOptions(
         storage_url=args.storage,
-        out=Path(args.out or f"tables/{chosen.profile.name}.py"),
+        out=Path(args.out if args.out is not None else f"tables/{chosen.profile.name}.py"),
         finalists=args.finalists,
         max_memory_bytes=int(args.max_memory * 2**20) if args.max_memory else None,
         fresh=args.fresh,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from autotune.cli.common import add_gpu, add_storage, open_storage, selection
+from autotune.core.files import write_atomic
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -48,7 +48,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         bench.release()
         del bench
     if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=1))
+        write_atomic(args.json, json.dumps(records, indent=1))
     return 1 if failures else 0
 
 

@@ -2,36 +2,124 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+
+def _new_file_mode() -> int:
+    """The mode ``open()`` gives a new file here (0o666 less the umask), read without
+    changing the umask where Linux reports it."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary sibling of ``path`` for a writer that takes a file name (a figure's
+    ``savefig``): renamed over ``path`` once the block ends without an error, removed
+    otherwise. The file keeps the mode of the one it replaces (a new one: the umask's)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = _new_file_mode()
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` to a temporary sibling, fsync it, then rename it over ``path``: a
     reader sees the old file or the new one, never a partial one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tmp.open("w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
     return path
 
 
 def append_line(path: str | Path, header: str, line: str) -> None:
     """Append ``line`` to a text file, ``header`` first when the file is new or empty;
-    flushed and fsynced, so a run cut short keeps every line it wrote (CSV rows)."""
+    flushed and fsynced, so a run cut short keeps every line it wrote (CSV rows).
+
+    The files it appends to are written by it alone, and every line ends with a newline:
+    text after the file's last newline is a line a kill cut short, and is dropped before
+    the new one is written. A write that fails (a full
+    disk) is cut back off, so the file holds whole lines only."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.is_file() or path.stat().st_size == 0
-    with path.open("a", newline="") as fh:
-        fh.write((header if new else "") + line)
-        fh.flush()
-        os.fsync(fh.fileno())
+    with path.open("a+b") as fh:
+        size = _whole_lines_size(fh)
+        text = ((header if size == 0 else "") + line).encode()
+        try:
+            fh.truncate(size)
+            fh.seek(size)
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                fh.truncate(size)
+            raise
+
+
+def _whole_lines_size(fh: BinaryIO) -> int:
+    """The size of an open binary file up to and including its last newline."""
+    end = fh.seek(0, os.SEEK_END)
+    pos = end
+    while pos > 0:
+        step = min(pos, 1 << 16)
+        fh.seek(pos - step)
+        block = fh.read(step)
+        at = block.rfind(b"\n")
+        if at >= 0:
+            return pos - step + at + 1
+        pos -= step
+    return 0
+
+
+def csv_rows(path: str | Path) -> tuple[list[dict[str, str]], int]:
+    """The rows of a CSV grown by ``append_line``, and how many rows were left out for
+    missing or extra fields (a row cut short by a kill before ``append_line`` dropped it,
+    or a hand edit)."""
+    import csv
+
+    rows, torn = [], 0
+    with Path(path).open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if None in row or None in row.values():
+                torn += 1
+            else:
+                rows.append(row)
+    return rows, torn
+
+
+def save_figure(fig: object, path: str | Path, dpi: int = 110) -> Path:
+    """A matplotlib figure written atomically to ``path``, in the format its suffix
+    names (PNG where it has none: the name is kept as given)."""
+    path = Path(path)
+    fmt = path.suffix[1:].lower() or "png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format=fmt)  # type: ignore[attr-defined]
+    return path

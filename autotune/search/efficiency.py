@@ -41,7 +41,7 @@ from typing import Any
 
 import optuna
 
-from autotune.core.files import write_atomic
+from autotune.core.files import save_figure, write_atomic
 from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
 from autotune.search.space import SearchSpace
@@ -461,9 +461,7 @@ def plot_runs(
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    path = save_figure(fig, path)
     plt.close(fig)
     return path
 

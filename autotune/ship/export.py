@@ -188,6 +188,49 @@ def add_buckets(
     return path, version, buckets
 
 
+def check_out(path: Path, profile: str, fresh: bool) -> None:
+    """Refuse, before anything is measured, an ``--out`` that export could not write or
+    must not replace: a directory, an unwritable place, or (without ``--fresh``) a file
+    that is not this profile's intact table (another profile's table, an edited one, a
+    file of your own)."""
+    import os
+
+    if not path.name:
+        raise ValueError(f"--out {str(path)!r} is not a file path; give one such as "
+                         f"tables/{profile}.py")  # fmt: skip
+    if path.is_dir():
+        raise ValueError(f"--out {path} is a directory; give a file path such as "
+                         f"{path / (profile + '.py')}")  # fmt: skip
+    parent = path.parent.absolute()
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {path}: {parent} is not a writable directory; give a path "
+                         "where a file can be written")  # fmt: skip
+    if fresh or not path.exists():
+        return
+    from autotune.runtime.table import load_table
+
+    fix = "give another --out, or pass --fresh to replace it"
+    try:
+        table = load_table(path)
+    except ValueError as exc:
+        why = str(exc).splitlines()[0][:200]
+        raise ValueError(f"--out {path} is not an autotune table ({why}); export never "
+                         f"replaces another file: {fix}") from exc  # fmt: skip
+    if table.profile != profile:
+        raise ValueError(
+            f"--out {path} is profile {table.profile!r}'s table (version {table.version}); "
+            f"export --gpu {profile} writes tables/{profile}.py by default: {fix}"
+        )
+    if table.problems:
+        raise ValueError(
+            f"--out {path} fails its own checks ({'; '.join(table.problems)}); export never "
+            f"builds on an edited table: restore it (git checkout {path}), or pass --fresh "
+            "to replace it"
+        )
+
+
 def _intact_table(path: Path, profile: str) -> Any:
     """The table at ``path`` if it is intact and made for ``profile``, else None."""
     from autotune.runtime.table import load_table
@@ -314,6 +357,7 @@ def export_table(
     from autotune.search import trials
 
     profile = selection.profile.name
+    check_out(options.out, profile, options.fresh)
     studies = trials.studies_by_case(storage, profile, trials.current_study(profile))
     if not studies:
         raise ValueError(

@@ -364,16 +364,24 @@ def read_csv(path: str | Path) -> list[BenchRow]:
     path = Path(path)
     if not path.is_file():
         return []
+    from autotune.core.files import csv_rows
+
     rows = []
-    with path.open(newline="") as fh:
-        for data in csv.DictReader(fh):
-            missing = [f for f in ("case", "verdict", "table_hash") if f not in data]
-            if missing:
-                raise ValueError(
-                    f"{str(path)!r} is not a CSV that 'autotune bench --csv' writes (no "
-                    f"{', '.join(missing)} column); give one it wrote"
-                )
-            rows.append(_row_from_csv(data))
+    found, torn = csv_rows(path)
+    if torn:
+        warnings.warn(
+            f"{path}: {torn} row(s) cut short (a run killed mid-write) left out; their "
+            "cases run again",
+            stacklevel=2,
+        )
+    for data in found:
+        missing = [f for f in ("case", "verdict", "table_hash") if f not in data]
+        if missing:
+            raise ValueError(
+                f"{str(path)!r} is not a CSV that 'autotune bench --csv' writes (no "
+                f"{', '.join(missing)} column); give one it wrote"
+            )
+        rows.append(_row_from_csv(data))
     return rows
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from autotune.core.cases import get_case
+from autotune.core.files import save_figure, write_atomic
 from autotune.core.outcome import HOST_HEADROOM, paced_by
 from autotune.search import trials
 from autotune.tools.floors import CEILINGS, floor_of
@@ -223,9 +224,7 @@ def plot_studies(
     for ax in list(axes.flat)[len(studies) :]:
         ax.axis("off")
     fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    out = save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -509,7 +508,7 @@ def plot_speedups(frame: pd.DataFrame, out: Path) -> Path:
     # Beside the axes, not over the last case's bars.
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -532,7 +531,7 @@ def plot_history(studies: list[Any], out: Path) -> Path:
     _plain_log_ticks(ax.yaxis)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out)
     plt.close(fig)
     return out
 
@@ -820,9 +819,7 @@ def write_report(
         lines += efficiency_markdown(efficiency, out)
     if notes:
         lines += [Path(notes).read_text().rstrip(), ""]
-    path = out / "report.md"
-    path.write_text("\n".join(lines))
-    return path
+    return write_atomic(out / "report.md", "\n".join(lines))
 
 
 def buckets_markdown(table: Any) -> list[str]:
@@ -897,7 +894,7 @@ def unseen_markdown(csv_path: str | Path, out: Path, table: Any) -> list[str]:
         ax.set_ylim(min(frame["seq"]) * 0.8, max(frame["seq"]) * 1.3)
     ax.set_title("Unseen shapes served by the table (dotted: buckets)")
     fig.tight_layout()
-    fig.savefig(out / "unseen.png", dpi=110)
+    save_figure(fig, out / "unseen.png")
     plt.close(fig)
     cols = ["batch", "seq", "served", "source", "speedup", "failed_elements", "worst_share",
             "vs_tuned", "sync_free"]  # fmt: skip

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.cases import Case, CaseKey
+from autotune.core.files import csv_rows
 
 COLUMNS = (
     "batch",
@@ -282,13 +283,15 @@ def run_unseen(
     tuned = tuned_plans(storage_url, profile)
     rows: list[dict[str, Any]] = []  # this table's rows of these shapes, measured before
     if csv_path is not None and csv_path.is_file():
-        with csv_path.open(newline="") as fh:
-            rows = [
-                r
-                for r in csv.DictReader(fh)
-                if r.get("table_hash") == table.content_hash
-                and (int(r["batch"]), int(r["seq"])) in shapes
-            ]
+        found, torn = csv_rows(csv_path)
+        if torn:
+            emit(f"{csv_path}: {torn} row(s) cut short (a run killed mid-write) left out")
+        rows = [
+            r
+            for r in found
+            if r.get("table_hash") == table.content_hash
+            and (int(r["batch"]), int(r["seq"])) in shapes
+        ]
     done = {(int(r["batch"]), int(r["seq"])) for r in rows}
     emit(f"{len(shapes)} unseen shapes of {base.id}'s dims; {len(done)} already in the CSV")
     for b, s in shapes:

@@ -1,0 +1,123 @@
+"""Files written whole or not at all: atomic replacement keeps the old file's mode, a
+failed append is cut back off, a line a kill cut short is dropped, readers skip torn rows."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from autotune.core import files
+from autotune.core.files import append_line, atomic_path, csv_rows, save_figure, write_atomic
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_write_atomic_keeps_the_replaced_files_mode_and_gives_a_new_one_the_umasks(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "t.py"
+    old.write_text("old")
+    os.chmod(old, 0o640)
+    write_atomic(old, "new")
+    assert old.read_text() == "new" and _mode(old) == 0o640
+    mask = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "fresh.py", "x")
+    finally:
+        os.umask(mask)
+    assert _mode(tmp_path / "fresh.py") == 0o666 & ~0o022
+
+
+def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "report.md"
+    path.write_text("old report")
+    with pytest.raises(RuntimeError), atomic_path(path) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("disk full")
+    assert path.read_text() == "old report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"]
+
+
+def test_a_figure_is_saved_whole_under_the_name_given(tmp_path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    bare = save_figure(fig, tmp_path / "front")  # no suffix: PNG, the name kept
+    assert bare == tmp_path / "front" and bare.read_bytes()[:4] == b"\x89PNG"
+    assert save_figure(fig, tmp_path / "f.svg").read_text().lstrip().startswith("<?xml")
+    plt.close(fig)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.svg", "front"]
+
+
+class _FullDisk:
+    """A file object whose write fails after ``room`` bytes, as a full disk does."""
+
+    def __init__(self, fh, room: int) -> None:
+        self._fh, self._room = fh, room
+
+    def write(self, data: bytes) -> int:
+        self._fh.write(data[: self._room])
+        self._fh.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name: str):
+        return getattr(self._fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._fh.close()
+
+
+def test_an_append_that_fails_midway_is_cut_back_off(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "bench.csv"
+    append_line(path, "a,b\n", "1,2\n")
+    real_open = Path.open
+
+    def full_open(self, mode="r", *args, **kwargs):
+        fh = real_open(self, mode, *args, **kwargs)
+        return _FullDisk(fh, room=2) if self == path and "a" in mode else fh
+
+    monkeypatch.setattr(Path, "open", full_open)
+    with pytest.raises(OSError, match="No space"):
+        append_line(path, "a,b\n", "3,4\n")
+    monkeypatch.undo()
+    assert path.read_text() == "a,b\n1,2\n"  # no half row
+    append_line(path, "a,b\n", "5,6\n")
+    assert path.read_text() == "a,b\n1,2\n5,6\n"
+
+
+def test_a_line_a_kill_cut_short_is_dropped_before_the_next(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"a": 1}\n{"b": ')  # killed mid-write
+    append_line(path, "", '{"c": 3}\n')
+    assert path.read_text() == '{"a": 1}\n{"c": 3}\n'
+    torn_header = tmp_path / "new.csv"
+    torn_header.write_text("case,ver")  # killed while the header was written
+    append_line(torn_header, "case,verdict\n", "1,PASS\n")
+    assert torn_header.read_text() == "case,verdict\n1,PASS\n"
+
+
+def test_whole_lines_size_reads_back_across_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "long.txt"
+    path.write_bytes(b"x" * 70000 + b"\n" + b"y" * 70000)  # the newline two blocks back
+    with path.open("rb") as fh:
+        assert files._whole_lines_size(fh) == 70001
+
+
+def test_csv_rows_leaves_out_torn_rows(tmp_path: Path) -> None:
+    path = tmp_path / "b.csv"
+    path.write_text("case,verdict,ms\n1,PASS,0.5\n2,PA\n3,PASS,0.2,extra\n4,FAIL,1.0\n")
+    rows, torn = csv_rows(path)
+    assert [r["case"] for r in rows] == ["1", "4"] and torn == 2
