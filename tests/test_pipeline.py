@@ -834,3 +834,45 @@ def test_export_refuses_an_out_it_must_not_replace_before_measuring(
         assert bad.split()[0] in capsys.readouterr().err
     assert cli(f"export --gpu cpu --storage {db} --out {mine!s} --cases smoke-3 --fresh") == 0
     assert [e["case"] for e in load_table(mine).entries.values()] == ["smoke-3"]
+
+
+def test_a_full_disk_under_another_libraries_error_is_one_line(monkeypatch, capsys) -> None:
+    """Optuna turns a storage failure inside a trial into ``AssertionError('Should not
+    reach.')``; a full disk under any error is one line and exit 2; a plain bug keeps its
+    traceback."""
+    import errno
+
+    import autotune.cli.info as info
+
+    def storage_full(args) -> int:
+        try:
+            raise optuna.exceptions.StorageInternalError(
+                "(sqlite3.OperationalError) database or disk is full"
+            )
+        except Exception:
+            raise AssertionError("Should not reach.")  # noqa: B904 (as Optuna raises it)
+
+    def disk_full(args) -> int:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/tmp/x/report.md")
+        except OSError as exc:
+            raise TypeError("a writer's own error") from exc
+
+    def bug(args) -> int:
+        try:
+            raise OSError(errno.ENOENT, "No such file")
+        except OSError:
+            raise KeyError("a bug while handling it")  # noqa: B904
+
+    monkeypatch.setattr(info, "cmd_cases", storage_full)
+    assert main(["cases"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "storage error" in err and "database or disk is full" in err
+    assert len(err.splitlines()) == 1
+    monkeypatch.setattr(info, "cmd_cases", disk_full)
+    assert main(["cases"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "No space left on device: '/tmp/x/report.md'" in err and len(err.splitlines()) == 1
+    monkeypatch.setattr(info, "cmd_cases", bug)
+    with pytest.raises(KeyError):
+        main(["cases"])

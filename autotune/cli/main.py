@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shlex
 import sys
@@ -47,12 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        storage_error = type(exc).__module__.split(".")[0] == "sqlalchemy" or (
-            type(exc).__name__ == "StorageInternalError"
-        )
-        if not storage_error:
+        found = _chained_cause(exc)
+        if found is None:
             raise
-        cause = exc.__cause__ or exc
+        if isinstance(found, OSError):  # a full disk, under another library's error
+            print(f"autotune {args.command}: error: {found}", file=sys.stderr)
+            return 2
+        cause = found.__cause__ or found
         text = str(cause).strip()
         first = text.splitlines()[0] if text else type(cause).__name__
         print(
@@ -74,3 +76,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+
+
+# A full disk, a quota, a read-only file system: reported in one line wherever they
+# surface (another error raised while handling one is not a bug of ours).
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _storage_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] == "sqlalchemy" or (
+        type(exc).__name__ == "StorageInternalError"
+    )
+
+
+def _chained_cause(exc: BaseException) -> BaseException | None:
+    """The storage error or OS error behind ``exc``, itself or along the exceptions it was
+    raised from or during (Optuna turns a storage failure inside a trial into an
+    ``AssertionError``), or None: a bug, whose traceback is shown."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if _storage_error(current) or (
+            isinstance(current, OSError) and current.errno in _DISK_ERRNOS
+        ):
+            return current
+        current = current.__cause__ or current.__context__
+    return None

@@ -5,7 +5,8 @@ workers and their trial runners) ends the run at a safe point: the trial in flig
 stopped at once (its runner child is killed, or, evaluated in this process, interrupted),
 marked FAIL with the reason, and enqueued again so the same command measures it when it
 resumes; finished trials are kept. Runner children ignore SIGINT: the process
-that owns the trial decides. A second Ctrl-C interrupts immediately.
+that owns the trial decides. A second Ctrl-C interrupts immediately. SIGTERM (what
+``timeout``, ``kill`` and service managers send) is taken as Ctrl-C.
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ class Interrupted(KeyboardInterrupt):
         self.kept = kept
 
 
+# The signals a guard takes: Ctrl-C, and SIGTERM, which ends a run the same way.
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 class InterruptGuard:
-    """SIGINT handling for the duration (in the main thread; elsewhere it does nothing).
+    """SIGINT and SIGTERM handling for the duration (in the main thread; elsewhere it does
+    nothing).
 
     The first signal sets ``requested`` and calls ``on_signal`` if set (the code in flight
     sets it to stop what it waits for: kill a runner child, or raise in this process);
@@ -34,19 +40,18 @@ class InterruptGuard:
     def __init__(self) -> None:
         self.requested = False
         self.on_signal: Callable[[], None] | None = None
-        self._previous: Any = None
-        self._installed = False
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-            self._installed = True
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:

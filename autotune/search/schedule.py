@@ -82,7 +82,9 @@ def _run_each(
             from autotune.search.workers import run_case_with_workers
 
             summaries.append(
-                run_case_with_workers(selection, case, space, storage, options, warm, progress)
+                run_case_with_workers(
+                    selection, case, space, storage, options, warm, progress, timeout
+                )
             )
             continue
         show, close = progress(case) if progress is not None else (None, lambda: None)

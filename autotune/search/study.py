@@ -414,6 +414,14 @@ def make_objective(
                 run.broken = str(exc)
                 _quiet_optuna()
                 raise
+            except Exception:
+                if not run.guard.requested:
+                    raise
+                # The signal's handler killed the runner while it started: the plan was
+                # not measured, and the rerun measures it (not a failure of the plan).
+                trials.mark_interrupted(trial)
+                _quiet_optuna()
+                raise KeyboardInterrupt from None
             finally:
                 run.guard.on_signal = None
         if run.guard.requested:  # the outcome of an interrupted evaluation is not kept

@@ -51,6 +51,9 @@ class WorkerJob:
     heartbeat_interval: int
     grace_period: int
     isolate: bool = True
+    # --timeout's share of this case: no trial starts after this wall-clock time (time.time())
+    deadline: float | None = None
+    oracle_batch: int = 1
 
 
 def _worker_main(
@@ -80,7 +83,9 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
     kill_at = int(spec) if spec.isdigit() else None
     with InterruptGuard() as guard:
         run = RunState(job.n_trials, guard)
-        evaluator = make_evaluator(selection, case, STUDY_TIMING, job.isolate, job.trial_timeout)
+        evaluator = make_evaluator(
+            selection, case, STUDY_TIMING, job.isolate, job.trial_timeout, job.oracle_batch
+        )
         objective = make_objective(
             study,
             case,
@@ -92,7 +97,7 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
             device=selection.effective_device(),
         )
         try:
-            while not (run.stop or guard.requested):
+            while not (run.stop or guard.requested or _past(job.deadline)):
                 try:
                     tickets.get(timeout=1.0)
                 except queue.Empty:
@@ -138,7 +143,7 @@ def run_workers(
     with InterruptGuard() as guard:
         guard.on_signal = forward
         done_rounds = 0
-        while done_rounds < rounds:
+        while done_rounds < rounds and not _past(job.deadline):
             solo = solo_left > 0 and trials.REFERENCE_MS not in _study(job, storage).user_attrs
             if solo:
                 solo_left -= 1
@@ -151,6 +156,10 @@ def run_workers(
     if guard.requested:
         study = _study(job, storage)
         raise Interrupted(trials.completed_trials(study) - before)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.time() >= deadline
 
 
 def _study(job: WorkerJob, storage: Any) -> Any:
@@ -277,9 +286,11 @@ def run_case_with_workers(
     options: Any,
     warm: list[Any] | None = None,
     progress: Any = None,
+    timeout: float | None = None,
 ) -> Any:
     """One case's study driven by ``options.workers`` processes on this host (one GPU
-    each when there are GPUs); returns what the study holds afterwards."""
+    each when there are GPUs), no trial started after ``timeout`` seconds (this case's
+    share of ``--timeout``); returns what the study holds afterwards."""
     import torch
 
     from autotune.search.study import StudyProgress, open_study, space_spent, summarise_study
@@ -300,6 +311,8 @@ def run_case_with_workers(
         heartbeat_interval=options.heartbeat,
         grace_period=3 * options.heartbeat,
         isolate=options.isolate,
+        deadline=time.time() + timeout if timeout is not None else None,
+        oracle_batch=options.oracle_batch,
     )
     gpus = torch.cuda.device_count() if selection.device.type == "cuda" else 0
     before = trials.completed_trials(study)
@@ -317,5 +330,10 @@ def run_case_with_workers(
     completed = trials.completed_trials(study)
     # The workers' own stop reasons stay in their processes; the space's is readable here.
     spent = space_spent(study, space)
-    why = "every plan of the search space is measured" if spent else "see the workers' log"
+    if spent:
+        why = "every plan of the search space is measured"
+    elif _past(job.deadline):
+        why = "--timeout reached (rerun to resume)"
+    else:
+        why = "see the workers' log"
     return summarise_study(study, case, completed - before, start, options.n_trials, why)

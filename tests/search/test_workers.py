@@ -241,12 +241,14 @@ def _study_cmd(url: str, *extra: str) -> list[str]:
             "--quiet", *extra]  # fmt: skip
 
 
+@pytest.mark.parametrize("stop", ["ctrl-c to the group", "sigterm to the study"])
 def test_ctrl_c_to_the_process_group_fails_the_trial_in_flight_at_once_and_the_run_resumes(
-    tmp_path, space_file
+    tmp_path, space_file, stop
 ) -> None:
-    """A terminal's Ctrl-C reaches the study and its runner child together: one line on
-    stderr, exit 130, the hung trial in flight FAIL with its reason at once and enqueued
-    again, and the same command (without the hang) resumes and finishes it."""
+    """A terminal's Ctrl-C reaches the study and its runner child together (SIGTERM, as
+    from ``timeout`` or a service manager, reaches the study alone): one line on stderr,
+    exit 130, the hung trial in flight FAIL with its reason at once and enqueued again,
+    and the same command (without the hang) resumes and finishes it."""
     import signal
     import subprocess
 
@@ -271,7 +273,10 @@ def test_ctrl_c_to_the_process_group_fails_the_trial_in_flight_at_once_and_the_r
             hung = False
     assert hung, "trial 2 never started"
     time.sleep(1.0)  # it is inside the runner now, hanging
-    os.killpg(proc.pid, signal.SIGINT)
+    if stop == "ctrl-c to the group":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "Traceback" not in err, err[-3000:]
@@ -431,3 +436,60 @@ def test_a_sticky_device_fault_in_process_stops_the_run_and_a_rerun_resumes(
     done = [t for t in _trials(url) if t.state == TrialState.COMPLETE]
     kinds = [t.user_attrs["outcome_kind"] for t in done]
     assert len(done) == 4 and kinds.count("runtime_error") == 1
+
+
+def test_a_signal_while_the_runner_starts_is_an_interruption_not_a_failed_plan(
+    tmp_path,
+) -> None:
+    """Ctrl-C kills a runner that is still starting: the trial is closed as interrupted
+    and enqueued again (the rerun measures its plan), not failed as the plan's fault."""
+    from autotune.core.cases import get_case
+    from autotune.core.profiles import select_profile
+    from autotune.search import trials as records
+    from autotune.search.interrupt import InterruptGuard
+    from autotune.search.space import builtin_spaces, select_space
+    from autotune.search.study import RunState, make_objective, open_study, optimize
+
+    selection = select_profile("cpu")
+    case = get_case("smoke-1")
+    space = select_space("cpu", case, builtin_spaces())
+    storage = records.open_storage(f"sqlite:///{tmp_path / 's.db'}", None, None)
+    study = open_study(selection, case, space, storage, "tpe", 0)
+    guard = InterruptGuard()
+
+    class Starting:  # the runner dies while it starts, killed by the signal's handler
+        def evaluate(self, plan, number):
+            guard.requested = True
+            raise RuntimeError("trial runner died while starting (exit code -9)")
+
+        def interrupt(self) -> None:
+            pass
+
+    run = RunState(4, guard)
+    objective = make_objective(study, case, space, None, Starting(), run, None)
+    optimize(study, objective, run, max_trials=1)  # the caller raises Interrupted
+    assert guard.requested
+    (trial, *rest) = study.get_trials()
+    assert trial.state == TrialState.FAIL
+    assert trial.user_attrs["fail_reason"] == records.INTERRUPTED
+    (retry,) = [t for t in rest if t.user_attrs.get("retry_of") == trial.number]
+    assert retry.state == TrialState.WAITING
+
+
+def test_workers_stop_starting_trials_at_the_timeout(tmp_path, space_file) -> None:
+    """--timeout holds with --workers: no trial starts after it, and the summary says the
+    run stopped there (it used to run every trial)."""
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    cmd = _study_cmd(url, "--cases", "smoke-1", "--n-trials", "8", "--workers", "2",
+                     "--timeout", "1", "--space", space_file, "--sampler", "grid")  # fmt: skip
+    cmd.remove("--quiet")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = sum(t.state == TrialState.COMPLETE and counts(t) for t in _trials(url))
+    assert measured < 8, done.stdout[-2000:]
+    assert "--timeout reached" in done.stdout + done.stderr
