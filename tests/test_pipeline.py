@@ -310,6 +310,21 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
             ["report", "--gpu", "h200", "--bench", "b.csv", "--target", "0.5"],
             "not a speedup above 1",
         ),
+        (["report", "--gpu", "h200", "--unseen", "pyproject.toml"], "--unseen 'pyproject.toml'"),
+        (
+            ["report", "--gpu", "h200", "--efficiency", "pyproject.toml"],
+            "--efficiency 'pyproject.toml' is not readable JSON",
+        ),
+        (["report", "--gpu", "h200", "--out", "pyproject.toml"], "is a file; give a folder"),
+        (["evaluate", "--case", "smoke-1", "--plan", "reference", "--json", "tests"], "a folder"),
+        (["study", "--gpu", "cpu", "--heartbeat", "0"], "--heartbeat takes whole seconds"),
+        (
+            ["study", "--gpu", "cpu", "--cases", "2,16,32,2,64,2,sideways"],
+            "'sideways' is not one of its fields",
+        ),
+        (["study", "--gpu", "cpu", "--storage", "sqlite:///"], "names no file"),
+        (["conformance", "/no/vector.pt"], "golden vector '/no/vector.pt' does not exist"),
+        (["export", "--gpu", "cpu", "--finalists", "0"], "--finalists 0: give 1 or more"),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_exit_2(argv, message, capsys) -> None:
@@ -876,3 +891,14 @@ def test_a_full_disk_under_another_libraries_error_is_one_line(monkeypatch, caps
     monkeypatch.setattr(info, "cmd_cases", bug)
     with pytest.raises(KeyError):
         main(["cases"])
+
+
+def test_a_search_space_that_fails_to_import_is_named_in_one_line(tmp_path, capsys) -> None:
+    bad = tmp_path / "space.py"
+    bad.write_text("SPACE = {\n")
+    json_bad = tmp_path / "space.json"
+    json_bad.write_text("not json")
+    for path, why in ((bad, "failed to import (line 1): SyntaxError"), (json_bad, "JSON")):
+        assert main(["study", "--gpu", "cpu", "--cases", "smoke-1", "--space", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert str(path) in err and why in err and len(err.splitlines()) == 1, err

@@ -41,6 +41,11 @@ def open_storage(url: str, heartbeat: int | None = None, *, must_exist: bool = T
     (``must_exist=False``) creates the file, and its folder."""
     from autotune.search.trials import open_storage as open_rdb
 
+    if url.startswith("sqlite:") and sqlite_path(url) is None:
+        raise CliError(
+            f"storage {url!r} names no file: an in-memory database keeps nothing between "
+            "commands; give a file, e.g. --storage sqlite:///studies.db"
+        )
     path = sqlite_path(url)
     if path is not None:
         if must_exist and not path.is_file():
@@ -82,6 +87,13 @@ def default_vectors(paths: Sequence[str]) -> list[str]:
     """The vectors given, else ``DEFAULT_GOLDEN`` from here, else beside the checkout (the
     project's ``../shared/golden``, whatever the current directory)."""
     if paths:
+        missing = [p for p in paths if not Path(p).is_file()]
+        if missing:
+            raise CliError(
+                f"golden vector {missing[0]!r} does not exist"
+                + (f" (nor {len(missing) - 1} more)" if len(missing) > 1 else "")
+                + f"; give .pt files such as those in {DEFAULT_GOLDEN}"
+            )
         return list(paths)
     checkout = Path(__file__).resolve().parents[2]
     for pattern in (DEFAULT_GOLDEN, str(checkout / DEFAULT_GOLDEN)):
@@ -100,3 +112,29 @@ def chunk_pair(text: str, flag: str) -> tuple[int, int]:
     if q < 1 or k < 1:
         raise CliError(f"{flag} must be positive, got {text!r}")
     return q, k
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before a command measures anything, an output it could not write: ``--json``
+    and ``--csv`` are files, ``--out`` a file or (``out_is="dir"`` in the parser's
+    defaults) a folder. A file must not be a folder, a folder not a file, and the nearest
+    existing folder above either must be writable."""
+    import os
+
+    outputs = [(f"--{name}", getattr(args, name, None), "file") for name in ("json", "csv")]
+    outputs.append(("--out", getattr(args, "out", None), getattr(args, "out_is", "file")))
+    for flag, value, kind in outputs:
+        if value is None or not isinstance(value, str):
+            continue
+        path = Path(value)
+        if not value.strip():
+            raise CliError(f"{flag} '': give a {kind} path")
+        if kind == "file" and path.is_dir():
+            raise CliError(f"{flag} {value} is a folder; give a file path inside it")
+        if kind == "dir" and path.exists() and not path.is_dir():
+            raise CliError(f"{flag} {value} is a file; give a folder")
+        above = path.absolute() if kind == "dir" else path.absolute().parent
+        while not above.exists() and above != above.parent:
+            above = above.parent
+        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+            raise CliError(f"{flag} {value}: {above} is not a writable folder")

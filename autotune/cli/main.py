@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from autotune.cli import info, long, results, ship, tune
-from autotune.cli.common import CliError
+from autotune.cli.common import CliError, check_outputs
 
 GROUPS = (info, tune, ship, results, long)
 
@@ -43,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv_text = [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)][1:]
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
+        check_outputs(args)
         return int(args.func(args) or 0)
     except (CliError, ValueError, RuntimeError, OSError) as exc:
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)

@@ -202,11 +202,15 @@ def cmd_report(args: argparse.Namespace) -> int:
             )
     if args.unseen and not Path(args.unseen).is_file():
         raise ValueError(f"--unseen {args.unseen!r} does not exist; give an 'autotune unseen' CSV")
-    from autotune.tools.report import bench_frame
+    from autotune.tools.report import bench_frame, check_efficiency_record, check_unseen_csv
 
     for path in [args.bench, args.bench_before, *(args.bench_history or [])]:
         if path and Path(path).is_file():  # before anything is written
             bench_frame(path)
+    if args.unseen:
+        check_unseen_csv(args.unseen)
+    for path in args.efficiency or []:
+        check_efficiency_record(path)
     studies = profile_studies(open_storage(args.storage), args.gpu)
     table, table_path = _table_or_none(args.table, args.gpu)
     if not studies and table is None:
@@ -408,7 +412,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="earlier 'autotune bench --csv' files: this run's table at each case's median "
         "reference over them and this run, and at the fastest run's references",
     )
-    p.set_defaults(func=cmd_report)
+    p.set_defaults(func=cmd_report, out_is="dir")
 
     p = sub.add_parser("plot", help="PNG Pareto fronts of latency against peak memory")
     p.add_argument("--gpu", default="cpu", help="profile whose studies to plot")

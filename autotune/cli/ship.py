@@ -102,7 +102,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--fresh",
         action="store_true",
         help="ignore the table at --out (by default its entries are incumbents "
-        "that a challenger must beat by more than the noise)",
+        "that a challenger must beat by more than the noise), and replace a file there "
+        "that is not this profile's intact table (refused otherwise)",
     )
     p.add_argument(
         "--exclude-triton",

@@ -355,4 +355,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="only replay samplers on a complete cache (no device needed)",
     )
     p.add_argument("--out", default="docs/efficiency", help="folder for the JSON and PNG")
-    p.set_defaults(func=cmd_efficiency)
+    p.set_defaults(func=cmd_efficiency, out_is="dir")

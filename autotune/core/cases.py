@@ -195,8 +195,16 @@ def _refuse_malformed_shape(spec: str) -> None:
     """A comma list of numbers that are not all case ids is a custom shape with the wrong
     number of fields: say so, rather than 'unknown case'."""
     tokens = [t.strip().lower() for t in spec.split(",") if t.strip()]
-    words = {"causal", "noncausal", "true", "false", "float32"}
+    words = {"causal", "noncausal", "non-causal", "true", "false", "float32"}
     if not all(t.isdigit() or t in words for t in tokens):
+        numbers = [t for t in tokens if t.isdigit()]
+        odd = [t for t in tokens if not t.isdigit() and t not in words and t not in _REGISTRY]
+        if len(numbers) >= 3 and any(t not in _REGISTRY for t in numbers) and odd:
+            raise ValueError(
+                f"case spec {spec!r} reads as a custom shape, but {odd[0]!r} is not one of "
+                "its fields: B,S,d_model,heads,FFN,layers[,causal|noncausal][,float32], e.g. "
+                "'8,256,128,4,512,2,causal'"
+            )
         return
     numbers = [t for t in tokens if t.isdigit()]
     if any(t in words for t in tokens) or (

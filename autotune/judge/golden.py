@@ -53,8 +53,12 @@ def load_vector(path: str | Path) -> GoldenVector:
         raise ValueError(f"golden vector {str(path)!r} does not exist")
     try:
         data: dict[str, Any] = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as exc:
-        raise ValueError(f"cannot read golden vector {str(path)!r}: {exc}") from exc
+    except Exception as exc:  # torch's message runs to many lines: its first says what
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(
+            f"cannot read golden vector {str(path)!r} ({first[:200]}); give a .pt file "
+            "from shared/golden"
+        ) from exc
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:
         raise ValueError(

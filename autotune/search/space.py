@@ -297,12 +297,23 @@ def load_space_file(path: str | Path) -> SearchSpace:
     if not path.is_file():
         raise ValueError(f"search space file {str(path)!r} does not exist")
     if path.suffix == ".json":
-        return parse_space(json.loads(path.read_text()), str(path))
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, OSError) as exc:  # UnicodeDecodeError is a ValueError
+            raise ValueError(f"search space {str(path)!r} is not readable JSON: {exc}") from exc
+        return parse_space(data, str(path))
     spec = importlib.util.spec_from_file_location(f"_user_space_{path.stem}", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot import search space {str(path)!r}; use a .py or .json file")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's module: its error, named with the file
+        where = f" (line {exc.lineno})" if isinstance(exc, SyntaxError) else ""
+        raise ValueError(
+            f"search space {str(path)!r} failed to import{where}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from exc
     if not hasattr(module, "SPACE"):
         raise ValueError(f"{str(path)!r} defines no SPACE dict")
     return parse_space(module.SPACE, str(path))

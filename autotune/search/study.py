@@ -110,6 +110,10 @@ class StudyOptions:
             raise ValueError(f"--timeout takes seconds above 0, got {self.timeout:g}")
         if not self.trial_timeout > 0:
             raise ValueError(f"--trial-timeout takes seconds above 0, got {self.trial_timeout:g}")
+        if self.heartbeat < 1:
+            raise ValueError(
+                f"--heartbeat takes whole seconds, 1 or more, got {self.heartbeat} (default 10)"
+            )
 
 
 def warm_for(

@@ -854,6 +854,37 @@ def buckets_markdown(table: Any) -> list[str]:
     ]
 
 
+UNSEEN_COLUMNS = ("batch", "seq", "served", "speedup", "table_hash")
+
+
+def check_unseen_csv(path: str | Path) -> None:
+    """Refuse a file that is not an ``autotune unseen`` CSV, naming it."""
+    try:
+        frame = pd.read_csv(path, nrows=1)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--unseen {str(path)!r} is not readable as a CSV: {exc}") from exc
+    missing = [c for c in UNSEEN_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"--unseen {str(path)!r} is not a CSV that 'autotune unseen --csv' writes (no "
+            f"{', '.join(missing)} column); give one it wrote"
+        )
+
+
+def check_efficiency_record(path: str | Path) -> None:
+    """Refuse a file that is not an ``autotune efficiency`` record, naming it."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--efficiency {str(path)!r} is not readable JSON: {exc}") from exc
+    needed = ("header", "exhaustive_best", "space_size", "exhaustive_seconds", "rows")
+    if not isinstance(record, dict) or any(k not in record for k in needed):
+        raise ValueError(
+            f"--efficiency {str(path)!r} is not a record 'autotune efficiency' writes (it "
+            f"holds {', '.join(needed)}); give its efficiency.json"
+        )
+
+
 def unseen_markdown(csv_path: str | Path, out: Path, table: Any) -> list[str]:
     """``autotune unseen`` rows of this table: the summary line, a figure of the shapes
     (served or not, speedup), and the rows."""
