@@ -89,7 +89,9 @@ def _runner_main(conn: Connection, setup: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored for the block (in the main thread): a child process started inside
+    inherits it ignored until it installs a handler of its own."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -114,7 +116,7 @@ class TrialRunner:
     def _start(self) -> None:
         parent, child = CTX.Pipe()
         self.process = CTX.Process(target=_runner_main, args=(child, self.setup), daemon=True)
-        with _sigint_ignored():  # inherited: a Ctrl-C during the child's start-up is ignored
+        with sigint_ignored():  # inherited: a Ctrl-C during the child's start-up is ignored
             self.process.start()
         child.close()
         self.conn = parent

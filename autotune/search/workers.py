@@ -158,6 +158,14 @@ def run_workers(
         raise Interrupted(trials.completed_trials(study) - before)
 
 
+def _drain(tickets: Any) -> None:
+    import queue
+
+    with contextlib.suppress(queue.Empty, OSError, ValueError):
+        while True:
+            tickets.get_nowait()
+
+
 def _past(deadline: float | None) -> bool:
     return deadline is not None and time.time() >= deadline
 
@@ -219,6 +227,8 @@ def _run_round(
             progress(trials.completed_trials(study))
             shown = time.monotonic()
         if guard.requested:  # the workers end their trials themselves; wait for them
+            if not stopping:  # a worker still starting finds no ticket, and exits
+                _drain(tickets)
             stopping = stopping or time.monotonic()
             if time.monotonic() - stopping > 30:
                 for proc in procs.values():
@@ -264,8 +274,13 @@ def _spawn(
     env = {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus > 0 else {}
     if replacement:
         env[KILL_WORKER_ENV] = ""  # the test hook kills a worker once, not its replacements
+    from autotune.search.runner import sigint_ignored
+
     p = CTX.Process(target=_worker_main, args=(i, job, tickets, in_flight, env))
-    p.start()
+    # Ignored until the worker installs its own handler (InterruptGuard): a Ctrl-C while
+    # it starts is no traceback; the parent stops it by draining the tickets.
+    with sigint_ignored():
+        p.start()
     return p
 
 

@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import threading
 import time
+from pathlib import Path
 
 import optuna
 import pytest
@@ -493,3 +494,57 @@ def test_workers_stop_starting_trials_at_the_timeout(tmp_path, space_file) -> No
     measured = sum(t.state == TrialState.COMPLETE and counts(t) for t in _trials(url))
     assert measured < 8, done.stdout[-2000:]
     assert "--timeout reached" in done.stdout + done.stderr
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """The processes ``pid`` started through multiprocessing's spawn (Linux /proc)."""
+    out = []
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for kid in kids:
+        try:
+            if b"multiprocessing.spawn" in Path(f"/proc/{kid}/cmdline").read_bytes():
+                out.append(int(kid))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+@pytest.mark.parametrize("when", ["workers starting", "trials running"])
+def test_ctrl_c_while_workers_start_or_run_is_one_line_and_resumes(
+    tmp_path, space_file, when
+) -> None:
+    """Ctrl-C to the group while a worker is still starting (its imports) or while trials
+    run: one line, exit 130, no worker traceback, and the same command resumes to exactly
+    --n-trials with nothing left running."""
+    import signal
+    import subprocess
+
+    from tests.conftest import ROOT
+
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    cmd = _study_cmd(url, "--cases", "smoke-1", "--n-trials", "6", "--workers", "2",
+                     "--space", space_file, "--sampler", "grid")  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _spawned_children(proc.pid):
+        time.sleep(0.02)  # the first worker is being spawned
+    time.sleep(0.3 if when == "workers starting" else 6.0)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:  # the whole study ended before the signal: nothing to see
+        pytest.skip("the study finished before Ctrl-C")
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    resumed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    done = _trials(url)
+    assert sum(t.state == TrialState.COMPLETE and counts(t) for t in done) == 6
+    assert TrialState.RUNNING not in [t.state for t in done]
