@@ -11,6 +11,7 @@ Pareto set is Optuna's own ``study.best_trials``.
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import warnings
@@ -445,6 +446,26 @@ def open_storage(
     raise AssertionError("unreachable")
 
 
+class RetryStale:
+    """Optuna's ``RetryHeartbeatStaleTrialCallback`` without the dead attempt's constraint
+    values: ``Trial.set_constraint`` keeps the first value a trial holds and ignores (with
+    a warning) the retry's own, so a retried trial would be judged feasible or not by an
+    attempt that never finished."""
+
+    def __init__(self, max_retry: int | None) -> None:
+        self._retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        kept = {
+            k: v
+            for k, v in trial.system_attrs.items()
+            if k != "constraints" and not k.startswith("constraints:")
+        }
+        clean = copy.copy(trial)
+        clean.system_attrs = kept
+        self._retry(study, clean)
+
+
 def _rdb_storage(
     url: str,
     engine_kwargs: dict[str, Any],
@@ -455,7 +476,7 @@ def _rdb_storage(
     # every open (twice an export, once a worker): known and chosen, so not shown.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=3)
+        retry = RetryStale(max_retry=3)
         storage = optuna.storages.RDBStorage(
             url,
             engine_kwargs=engine_kwargs,

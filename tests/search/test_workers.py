@@ -548,3 +548,31 @@ def test_ctrl_c_while_workers_start_or_run_is_one_line_and_resumes(
     done = _trials(url)
     assert sum(t.state == TrialState.COMPLETE and counts(t) for t in done) == 6
     assert TrialState.RUNNING not in [t.state for t in done]
+
+
+def test_a_stale_trials_retry_carries_its_plan_but_not_the_dead_attempts_constraints(
+    tmp_path,
+) -> None:
+    """A worker died after its trial's constraints were set: the retry keeps the plan and
+    the attributes, not the constraint values, so its own are stored (no warning)."""
+    import warnings
+
+    from autotune.search.trials import RetryStale
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'r.db'}")
+    study = optuna.create_study(storage=storage, directions=["minimize", "minimize"])
+    dead = study.ask({"qkv": optuna.distributions.CategoricalDistribution(["a", "b"])})
+    dead.set_user_attr("plan_hash", "p1")
+    dead.set_constraint("correctness", 5.0)  # failed the rule, then the worker died
+    dead.set_constraint("memory", -1.0)
+    RetryStale(max_retry=3)(study, study.trials[0])
+    (retry,) = study.get_trials(states=(TrialState.WAITING,))
+    assert retry.params == dead.params and retry.user_attrs["plan_hash"] == "p1"
+    assert retry.system_attrs["failed_trial"] == 0
+    assert not [k for k in retry.system_attrs if k.startswith("constraints")]
+    again = study.ask()
+    assert again.number == retry.number
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again.set_constraint("correctness", -1.0)  # its own, stored
+    assert study.trials[retry.number].constraints == {"correctness": -1.0}
