@@ -902,3 +902,28 @@ def test_a_search_space_that_fails_to_import_is_named_in_one_line(tmp_path, caps
         assert main(["study", "--gpu", "cpu", "--cases", "smoke-1", "--space", str(path)]) == 2
         err = capsys.readouterr().err.strip()
         assert str(path) in err and why in err and len(err.splitlines()) == 1, err
+
+
+def test_a_signal_an_import_swallowed_still_ends_the_command(monkeypatch, capsys) -> None:
+    """Ctrl-C (or SIGTERM) while a command imports torch: an import that swallows the
+    KeyboardInterrupt does not make the run go on; the first guard ends it (exit 130)."""
+    import contextlib
+    import signal
+
+    import autotune.cli.info as info
+    from autotune.search.interrupt import InterruptGuard
+
+    ran = []
+
+    def command(args) -> int:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(KeyboardInterrupt):  # an import that swallows it
+                signal.raise_signal(sig)
+        with InterruptGuard():
+            ran.append("trials")
+        return 0
+
+    monkeypatch.setattr(info, "cmd_cases", command)
+    assert main(["cases"]) == 130
+    assert ran == [] and "autotune cases: interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # put back after the command

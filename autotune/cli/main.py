@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from autotune.cli import info, long, results, ship, tune
 from autotune.cli.common import CliError, check_outputs
+from autotune.search import interrupt
 
 GROUPS = (info, tune, ship, results, long)
 
@@ -42,41 +43,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv_text = [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)][1:]
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    try:
-        check_outputs(args)
-        return int(args.func(args) or 0)
-    except (CliError, ValueError, RuntimeError, OSError) as exc:
+    with interrupt.early_signals():
+        try:
+            check_outputs(args)
+            return int(args.func(args) or 0)
+        except KeyboardInterrupt as exc:
+            return _interrupted(args, getattr(exc, "kept", None))
+        except Exception as exc:
+            if interrupt.EARLY.is_set():  # a signal some import swallowed, then this
+                return _interrupted(args, None)
+            return _error_exit(args, exc)
+
+
+def _interrupted(args: argparse.Namespace, kept: int | None) -> int:
+    print(
+        f"autotune {args.command}: interrupted"
+        + (f"; {kept} trials kept; rerun the same command to resume" if kept is not None else ""),
+        file=sys.stderr,
+    )
+    return 130
+
+
+def _error_exit(args: argparse.Namespace, exc: Exception) -> int:
+    """A user error, a full disk or a storage failure: one line, exit 2; a bug raises."""
+    if isinstance(exc, (CliError, ValueError, RuntimeError, OSError)):
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:
-        found = _chained_cause(exc)
-        if found is None:
-            raise
-        if isinstance(found, OSError):  # a full disk, under another library's error
-            print(f"autotune {args.command}: error: {found}", file=sys.stderr)
-            return 2
-        cause = found.__cause__ or found
-        text = str(cause).strip()
-        first = text.splitlines()[0] if text else type(cause).__name__
-        print(
-            f"autotune {args.command}: storage error: {first}; nothing was written by the "
-            "failed step (each write is one transaction). Check that the database is not "
-            "locked by another program, is writable, and is intact.",
-            file=sys.stderr,
-        )
+    found = _chained_cause(exc)
+    if found is None:
+        raise exc
+    if isinstance(found, OSError):  # a full disk, under another library's error
+        print(f"autotune {args.command}: error: {found}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:
-        kept = getattr(exc, "kept", None)
-        print(
-            f"autotune {args.command}: interrupted"
-            + (
-                f"; {kept} trials kept; rerun the same command to resume"
-                if kept is not None
-                else ""
-            ),
-            file=sys.stderr,
-        )
-        return 130
+    cause = found.__cause__ or found
+    text = str(cause).strip()
+    first = text.splitlines()[0] if text else type(cause).__name__
+    print(
+        f"autotune {args.command}: storage error: {first}; nothing was written by the "
+        "failed step (each write is one transaction). Check that the database is not "
+        "locked by another program, is writable, and is intact.",
+        file=sys.stderr,
+    )
+    return 2
 
 
 # A full disk, a quota, a read-only file system: reported in one line wherever they

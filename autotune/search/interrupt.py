@@ -11,9 +11,10 @@ that owns the trial decides. A second Ctrl-C interrupts immediately. SIGTERM (wh
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -27,6 +28,33 @@ class Interrupted(KeyboardInterrupt):
 
 # The signals a guard takes: Ctrl-C, and SIGTERM, which ends a run the same way.
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+# Set by a SIGINT or SIGTERM that came while a command started, before any guard was in
+# (``early_signals``): an import may swallow the KeyboardInterrupt it raised (torch's did,
+# and the study then ran to its end); the first guard ends the run at once instead.
+EARLY = threading.Event()
+
+
+def _early(signum: int, frame: Any) -> None:
+    EARLY.set()
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def early_signals() -> Iterator[None]:
+    """For a whole command (in the main thread): SIGINT and SIGTERM raise KeyboardInterrupt
+    and are remembered in ``EARLY`` where a swallowed one would be lost."""
+    EARLY.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _early) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class InterruptGuard:
@@ -43,6 +71,8 @@ class InterruptGuard:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> InterruptGuard:
+        if EARLY.is_set():  # signalled while the command started: nothing runs
+            raise KeyboardInterrupt
         if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
