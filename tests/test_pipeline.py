@@ -841,9 +841,9 @@ def test_export_refuses_an_out_it_must_not_replace_before_measuring(
         assert why in err and "--fresh" in err and len(err.splitlines()) == 1, err
         assert path.read_text() == text
     assert cli(f"export --gpu cpu --storage {db} --out {tmp_path!s}") == 2
-    assert "is a directory" in capsys.readouterr().err
+    assert "is a folder; give a file path" in capsys.readouterr().err
     assert cli(f"export --gpu cpu --storage {db} --out ''") == 2
-    assert "is not a file path" in capsys.readouterr().err
+    assert "--out '': give a file path" in capsys.readouterr().err
     for bad in ("--finalists 0", "--max-memory -5", f"--verified {tmp_path / 'none.json'}"):
         assert cli(f"export --gpu cpu --storage {db} --out {mine!s} {bad}") == 2
         assert bad.split()[0] in capsys.readouterr().err
