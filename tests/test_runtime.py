@@ -398,13 +398,47 @@ def test_the_newer_precision_api_serves_and_is_restored(table, newer_precision_a
         with pytest.warns(UserWarning, match="fp32_precision, the newer API"):
             out = model(x)
         assert torch.equal(out, ref(x))  # the reference served
+    precision = torch.get_float32_matmul_precision()
     with serving():
         out = model(x)
         assert model.last_route.plan is not None
         assert check_outputs(out, ref(x)).passed
     assert flags_state() == before
+    assert torch.get_float32_matmul_precision() == precision
     with pytest.raises(RuntimeError):  # as the process left it: the legacy read refused
         torch.backends.cudnn.allow_tf32  # noqa: B018
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.equal(model(x), ref(x))  # later calls still run
+
+
+def test_a_tf32_root_precision_serves_outside_and_inside_serving(table) -> None:
+    """torch's recommended newer setting, ``torch.backends.fp32_precision = "tf32"``:
+    the CUDA matmul flag cannot be read the legacy way either; calls and explain() run."""
+    from autotune.core.reference import _FP32_PRECISION_HOLDERS, flags_state, restore_flags
+
+    legacy = flags_state()
+    newer = [holder().fp32_precision for holder in _FP32_PRECISION_HOLDERS]
+    try:
+        torch.backends.fp32_precision = "tf32"
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        with pytest.raises(RuntimeError):
+            torch.backends.cuda.matmul.allow_tf32  # noqa: B018 (unreadable the legacy way)
+        model, ref = _model(table)
+        x = torch.randn(2, 16, 32)
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert torch.equal(model(x), ref(x))
+            assert model.explain(x).plan is None
+        with serving():
+            assert model(x) is not None and model.last_route.plan is not None
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert torch.equal(model(x), ref(x))
+    finally:
+        for holder, value in zip(_FP32_PRECISION_HOLDERS, newer, strict=True):
+            holder().fp32_precision = value
+        restore_flags(legacy)
 
 
 def test_serving_from_two_threads_restores_the_flags_once_both_leave(table, default_flags) -> None:

@@ -285,12 +285,21 @@ def matmul_precision() -> str | None:
 _get_precision = getattr(torch._C, "_get_float32_matmul_precision", None) or (
     torch.get_float32_matmul_precision
 )
-_cublas_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None) or (
+_cublas_tf32_raw = getattr(torch._C, "_get_cublas_allow_tf32", None) or (
     lambda: torch.backends.cuda.matmul.allow_tf32
 )
 _cudnn_tf32_raw = getattr(torch._C, "_get_cudnn_allow_tf32", None) or (
     lambda: torch.backends.cudnn.allow_tf32
 )
+
+
+def cublas_tf32() -> bool | None:
+    """The CUDA matmuls' TF32 flag, or None where torch refuses to read it (the newer
+    ``fp32_precision`` API set against the legacy flags)."""
+    try:
+        return _cublas_tf32_raw()
+    except RuntimeError:
+        return None
 
 
 def cudnn_tf32() -> bool | None:
@@ -308,7 +317,7 @@ def settings_key() -> tuple[Any, ...]:
     return (
         torch.is_grad_enabled(),
         torch.is_inference_mode_enabled(),
-        _cublas_tf32(),
+        cublas_tf32(),
         cudnn_tf32(),
         matmul_precision(),
     )
@@ -330,12 +339,13 @@ FlagsState = tuple[str, tuple[Any, ...]]
 
 def flags_state() -> FlagsState:
     """The process's precision flags as they can be put back: the legacy ones (matmul
-    precision, both ``allow_tf32``) where torch reads them, else the newer API's values."""
+    precision, both ``allow_tf32``) where torch reads them, else the matmul precision
+    where readable and the newer API's values."""
     try:
-        return "legacy", (_get_precision(), _cublas_tf32(), _cudnn_tf32_raw())
+        return "legacy", (_get_precision(), _cublas_tf32_raw(), _cudnn_tf32_raw())
     except RuntimeError:  # the newer API is in use: the legacy flags are unreadable
         values = (getattr(holder(), "fp32_precision", None) for holder in _FP32_PRECISION_HOLDERS)
-        return "fp32_precision", tuple(values)
+        return "fp32_precision", (matmul_precision(), *values)
 
 
 def restore_flags(state: FlagsState) -> None:
@@ -346,7 +356,9 @@ def restore_flags(state: FlagsState) -> None:
         torch.backends.cuda.matmul.allow_tf32 = values[1]
         torch.backends.cudnn.allow_tf32 = values[2]
         return
-    for holder, value in zip(_FP32_PRECISION_HOLDERS, values, strict=True):
+    if values[0] is not None:  # the legacy precision first: the holders' values win
+        torch.set_float32_matmul_precision(values[0])
+    for holder, value in zip(_FP32_PRECISION_HOLDERS, values[1:], strict=True):
         if value is not None:
             holder().fp32_precision = value
 
@@ -367,23 +379,28 @@ def official_settings() -> Iterator[None]:
     and restored by the last to leave. Flags set through torch's newer ``fp32_precision``
     API are restored through it."""
     global _official_depth, _official_saved
-    with _OFFICIAL_LOCK:
-        if _official_depth == 0:
-            _official_saved = flags_state()
-        # Set by every entrant: a thread inside may have changed them since.
-        torch.set_float32_matmul_precision("high")
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-        _official_depth += 1
+    entered = False
     try:
+        with _OFFICIAL_LOCK:
+            if _official_depth == 0:
+                _official_saved = flags_state()
+            _official_depth += 1
+            entered = True
+            # Set by every entrant: a thread inside may have changed them since.
+            torch.set_float32_matmul_precision("high")
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         yield
     finally:
+        # An interrupt anywhere above (a signal handler raises where the code is) leaves
+        # the count right: only an entrant counted leaves, and the last restores.
         with _OFFICIAL_LOCK:
-            _official_depth -= 1
+            if entered:
+                _official_depth -= 1
             if _official_depth == 0 and _official_saved is not None:
-                restore_flags(_official_saved)
-                _official_saved = None
+                saved, _official_saved = _official_saved, None
+                restore_flags(saved)
 
 
 def official_settings_active() -> bool:
-    return matmul_precision() == "high" and bool(_cublas_tf32()) and cudnn_tf32() is True
+    return matmul_precision() == "high" and cublas_tf32() is True and cudnn_tf32() is True

@@ -48,6 +48,7 @@ from autotune.core.device import DeviceInfo, detect_device
 from autotune.core.reference import (
     ReferenceTransformer,
     TransformerConfig,
+    cublas_tf32,
     cudnn_tf32,
     matmul_precision,
     official_settings,
@@ -81,16 +82,14 @@ def serving() -> Iterator[None]:
 def _flag_differences() -> list[str]:
     """The flags that differ from ``official_settings()`` (its values: "high", True, True)."""
     out = []
-    if not torch.backends.cuda.matmul.allow_tf32:
-        out.append("torch.backends.cuda.matmul.allow_tf32=False")
-    cudnn = cudnn_tf32()
-    if cudnn is None:
-        out.append(
-            "torch.backends.cudnn.allow_tf32 unreadable (torch.backends.fp32_precision, "
-            "the newer API, is in use)"
-        )
-    elif not cudnn:
-        out.append("torch.backends.cudnn.allow_tf32=False")
+    for name, value in (("cuda.matmul", cublas_tf32()), ("cudnn", cudnn_tf32())):
+        if value is None:
+            out.append(
+                f"torch.backends.{name}.allow_tf32 unreadable (torch.backends.fp32_precision, "
+                "the newer API, is in use)"
+            )
+        elif not value:
+            out.append(f"torch.backends.{name}.allow_tf32=False")
     precision = matmul_precision()
     if precision is None:
         out.append(
