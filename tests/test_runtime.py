@@ -555,3 +555,34 @@ def test_an_emulated_table_is_refused_on_another_gpu_of_its_capability(tmp_path)
     h200 = DeviceInfo(type="cuda", name="NVIDIA H200", capability=(9, 0))
     assert compatibility_problems(emulated, h200) == []
     assert path.read_text() == text
+
+
+def test_overlapping_ieee_sections_on_two_threads_restore_tf32(default_flags) -> None:
+    """An ieee plan turns TF32 off around its matmuls, a process-wide switch: two threads'
+    sections that overlap leave the flags as they found them, not off for good."""
+    import threading
+
+    from autotune.backends.precision import matmul_precision
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def a() -> None:
+        with matmul_precision("ieee"):
+            a_in.set()
+            b_in.wait(10)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(10)
+        with matmul_precision("ieee"):
+            b_in.set()
+            a_out.wait(10)  # A left while B is inside: TF32 stays off for B
+            assert not torch.backends.cuda.matmul.allow_tf32
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32

@@ -32,7 +32,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     otherwise. The file keeps the mode of the one it replaces (a new one: the umask's)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    # ".tmp": a temporary a kill left behind never matches a reader's glob (tables/*.py)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(name)
     try:
@@ -63,18 +64,20 @@ def append_line(path: str | Path, header: str, line: str) -> None:
     """Append ``line`` to a text file, ``header`` first when the file is new or empty;
     flushed and fsynced, so a run cut short keeps every line it wrote (CSV rows).
 
-    The files it appends to are written by it alone, and every line ends with a newline:
-    text after the file's last newline is a line a kill cut short, and is dropped before
-    the new one is written. A write that fails (a full
-    disk) is cut back off, so the file holds whole lines only."""
+    The files it appends to are written by it alone (processes appending to one file take
+    turns: an exclusive lock), and every line ends with a newline: text after the file's
+    last newline is a line a kill cut short, and is dropped before the new one is
+    written. A write that fails (a full disk) is cut back off, so the file holds whole
+    lines only."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+b") as fh:
+    with path.open("a+b") as fh, _exclusive(fh):
+        end = fh.seek(0, os.SEEK_END)
         size = _whole_lines_size(fh)
         text = ((header if size == 0 else "") + line).encode()
         try:
-            fh.truncate(size)
-            fh.seek(size)
+            if size != end:
+                fh.truncate(size)
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
@@ -82,6 +85,21 @@ def append_line(path: str | Path, header: str, line: str) -> None:
             with contextlib.suppress(OSError):
                 fh.truncate(size)
             raise
+
+
+@contextlib.contextmanager
+def _exclusive(fh: BinaryIO) -> Iterator[None]:
+    """An exclusive advisory lock on an open file where the platform has one."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: one writer at a time is the caller's to ensure
+        yield
+        return
+    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _whole_lines_size(fh: BinaryIO) -> int:

@@ -121,3 +121,27 @@ def test_csv_rows_leaves_out_torn_rows(tmp_path: Path) -> None:
     path.write_text("case,verdict,ms\n1,PASS,0.5\n2,PA\n3,PASS,0.2,extra\n4,FAIL,1.0\n")
     rows, torn = csv_rows(path)
     assert [r["case"] for r in rows] == ["1", "4"] and torn == 2
+
+
+def test_processes_appending_to_one_file_keep_every_line(tmp_path: Path) -> None:
+    """Four processes append 300 rows each to one CSV: every row is kept, whole."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "rows.csv"
+    code = (
+        "import sys; from autotune.core.files import append_line\n"
+        "for i in range(300): append_line(sys.argv[1], 'w,i\\n', f'{sys.argv[2]},{i}\\n')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(path), str(w)], env=env)
+        for w in range(4)
+    ]
+    assert all(p.wait(120) == 0 for p in procs)
+    rows, torn = csv_rows(path)
+    assert torn == 0 and len(rows) == 1200
+    want = {(str(w), str(i)) for w in range(4) for i in range(300)}
+    assert {(r["w"], r["i"]) for r in rows} == want
