@@ -184,11 +184,14 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     state reads one integer, never the parameters.
 
     Captured graphs replay on buffers this object owns: a lock makes a call's staging,
-    replay and output hand-off one step, so threads sharing a module take turns there.
+    replay and output hand-off one step, so threads sharing a module take turns there (on
+    one CUDA stream: the lock orders what the host enqueues), and derived weights are
+    remade by one thread. The guard's decisions (``guard_log``) are each thread's own.
     """
 
-    # The graph path's lock: staging inputs, capturing and replaying are one step a call.
-    FRESH = (("_graph_lock", threading.Lock),)
+    # The graph path's lock (staging inputs, capturing and replaying: one step a call; and
+    # remaking derived weights); per thread, the last forward's guard decisions.
+    FRESH = (("_graph_lock", threading.Lock), ("_per_thread", threading.local))
 
     def __init__(self, config: TransformerConfig, plan: Plan, device: DeviceInfo) -> None:
         super().__init__(config)
@@ -205,9 +208,6 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         self._streams: list[torch.cuda.Stream] | None = None  # batch_streams > 1
         self._block: Any = None  # fused-block weights (views of the parameters)
         self.last_route: str = ""
-        # Polynomial attention: the guard's decision for every layer (and batch chunk) of
-        # the last forward, in order: what ran, and why.
-        self.guard_log: list[Any] = []
         self._attention_backend = backends.attention(plan.attention)
         self._norm_backend = backends.get("layernorm", plan.layernorm)
         self._ffn_backend = backends.get("ffn_act", plan.ffn_act)
@@ -244,13 +244,25 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         """The parameters changed (in place): derived weights and graphs are remade."""
         self._param_version += 1
 
+    @property
+    def guard_log(self) -> list[Any]:
+        """Polynomial attention: the guard's decision for every layer (and batch chunk) of
+        this thread's last forward, in order: what ran, and why."""
+        log = getattr(self._per_thread, "guard_log", None)
+        if log is None:
+            log = self._per_thread.guard_log = []
+        return log
+
     def prepared_weights(self) -> list[_LayerWeights]:
         if self._weights is None or self._weights_version != self._param_version:
-            with torch.no_grad():
-                self._weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
-            self._weights_version = self._param_version
-            self._block = None
-            self._graphs.clear()  # graphs read derived weights captured at this version
+            with self._graph_lock:  # one thread remakes them; no replay meanwhile
+                if self._weights is None or self._weights_version != self._param_version:
+                    with torch.no_grad():
+                        weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
+                    self._block = None
+                    self._graphs.clear()  # graphs read derived weights of their version
+                    self._weights = weights
+                    self._weights_version = self._param_version
         return self._weights
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
@@ -280,7 +292,7 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
             kind = MASK_NONE if valid_token_mask is None else MASK_GENERAL
         weights = self.prepared_weights()
         if self.guard_log:  # only polynomial attention writes it
-            _set(self, "guard_log", [])
+            self._per_thread.guard_log = []
         home = self.final_norm.weight.device
         if home.type == "cuda" and x.device.type == "cpu":
             _set(self, "last_route", f"host-streamed mask={kind}")

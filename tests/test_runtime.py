@@ -535,7 +535,7 @@ def test_a_model_with_a_table_copies_after_serving(table) -> None:
         assert twin.last_route is None  # a fresh thread-local store
         assert check_outputs(twin(x), ref(x)).passed
         assert twin.last_route.plan is not None
-    assert twin._resolve_lock is not model._resolve_lock
+    assert twin._resolve_locks is not model._resolve_locks
 
 
 def test_an_emulated_table_is_refused_on_another_gpu_of_its_capability(tmp_path) -> None:

@@ -194,8 +194,9 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
     thread's own, and a captured graph replays for one thread at a time.
     """
 
-    # Per thread: the last call's route. One lock: resolving a call key's first call.
-    FRESH = (("_local", threading.local), ("_resolve_lock", threading.Lock))
+    # Per thread: the last call's route. Per call key, a lock: resolving its first call
+    # (a gate runs seconds; other keys' first calls do not wait for it).
+    FRESH = (("_local", threading.local), ("_resolve_locks", dict))
 
     def __init__(
         self,
@@ -523,7 +524,8 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         key = _call_key(x, valid_token_mask)
         served = self._served.get(key)
         if served is None:
-            with self._resolve_lock:  # one thread resolves (and gates); the others wait
+            # One thread resolves (and gates) a key; its other callers wait for the route.
+            with self._resolve_locks.setdefault(key, threading.Lock()):
                 served = self._served.get(key)
                 if served is None:
                     served = self._served[key] = self._resolve(x, valid_token_mask)
