@@ -600,7 +600,7 @@ class _CapturedForward:
         if found is not None:
             return found
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             if slot >= 0:
                 buf = self.slots[slot]
                 assert buf is not None
