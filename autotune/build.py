@@ -581,6 +581,9 @@ class _CapturedForward:
             for _ in range(2):  # warm-up: lazy init, cuBLAS handles, autotuning
                 out = fn(self.static_x, self.static_mask)
         torch.cuda.current_stream().wait_stream(stream)
+        # cuBLAS handles are made per thread, and never inside a capture: a thread that
+        # captures a graph of this object (a ring slot's, a bound one) warms its own first.
+        self.warmed = {threading.get_ident()}
         self.pool = torch.cuda.graph_pool_handle()
         ring = out.numel() * out.element_size() <= self.RING_BYTES
         self.slots: list[Tensor | None] = [None] * (self.SLOTS if ring else 0)
@@ -599,6 +602,13 @@ class _CapturedForward:
         found = self.graphs.get((source, slot))
         if found is not None:
             return found
+        if threading.get_ident() not in self.warmed:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self.fn(x, mask)  # this thread's cuBLAS handle and workspace, made here
+            torch.cuda.current_stream().wait_stream(stream)
+            self.warmed.add(threading.get_ident())
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             if slot >= 0:
