@@ -323,7 +323,7 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
             "'sideways' is not one of its fields",
         ),
         (["study", "--gpu", "cpu", "--storage", "sqlite:///"], "names no file"),
-        (["conformance", "/no/vector.pt"], "golden vector '/no/vector.pt' does not exist"),
+        (["conformance", "/no/vector.pt"], "golden vector '/no/vector.pt' is not a file"),
         (["export", "--gpu", "cpu", "--finalists", "0"], "--finalists 0: give 1 or more"),
     ],
 )

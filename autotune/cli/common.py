@@ -90,7 +90,7 @@ def default_vectors(paths: Sequence[str]) -> list[str]:
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise CliError(
-                f"golden vector {missing[0]!r} does not exist"
+                f"golden vector {missing[0]!r} is not a file"
                 + (f" (nor {len(missing) - 1} more)" if len(missing) > 1 else "")
                 + f"; give .pt files such as those in {DEFAULT_GOLDEN}"
             )

@@ -29,8 +29,12 @@ def _new_file_mode() -> int:
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary sibling of ``path`` for a writer that takes a file name (a figure's
     ``savefig``): renamed over ``path`` once the block ends without an error, removed
-    otherwise. The file keeps the mode of the one it replaces (a new one: the umask's)."""
+    otherwise. The file keeps the mode (and, where this process may, the owner) of the
+    one it replaces (a new one: the umask's); a symbolic link's target is replaced, the
+    link kept. An OS error names ``path``."""
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     # ".tmp": a temporary a kill left behind never matches a reader's glob (tables/*.py)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -39,14 +43,27 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         try:
-            mode = stat.S_IMODE(path.stat().st_mode)
+            old = path.stat()
         except FileNotFoundError:
-            mode = _new_file_mode()
-        os.chmod(tmp, mode)
+            os.chmod(tmp, _new_file_mode())
+        else:
+            os.chmod(tmp, stat.S_IMODE(old.st_mode))
+            with contextlib.suppress(OSError):  # only root may give a file away
+                os.chown(tmp, old.st_uid, old.st_gid)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise _named(exc, path) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` (a full disk's error names no file)."""
+    if exc.filename is not None and str(path) in str(exc.filename):
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def write_atomic(path: str | Path, text: str) -> Path:
@@ -62,28 +79,31 @@ def write_atomic(path: str | Path, text: str) -> Path:
 
 def append_line(path: str | Path, header: str, line: str) -> None:
     """Append ``line`` to a text file, ``header`` first when the file is new or empty;
-    flushed and fsynced, so a run cut short keeps every line it wrote (CSV rows).
+    fsynced, so a run cut short keeps every line it wrote (CSV rows).
 
     The files it appends to are written by it alone (processes appending to one file take
     turns: an exclusive lock), and every line ends with a newline: text after the file's
     last newline is a line a kill cut short, and is dropped before the new one is
     written. A write that fails (a full disk) is cut back off, so the file holds whole
-    lines only."""
+    lines only (unbuffered: no bytes wait in a buffer to be written later)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+b") as fh, _exclusive(fh):
+    with path.open("a+b", buffering=0) as fh, _exclusive(fh):
         end = fh.seek(0, os.SEEK_END)
         size = _whole_lines_size(fh)
-        text = ((header if size == 0 else "") + line).encode()
+        data = memoryview(((header if size == 0 else "") + line).encode())
         try:
             if size != end:
-                fh.truncate(size)
-            fh.write(text)
-            fh.flush()
+                os.ftruncate(fh.fileno(), size)
+            while data:
+                written = fh.write(data)
+                data = data[written or 0 :]
             os.fsync(fh.fileno())
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
-                fh.truncate(size)
+                os.ftruncate(fh.fileno(), size)
+            if isinstance(exc, OSError):
+                raise _named(exc, path) from exc
             raise
 
 
@@ -141,3 +161,27 @@ def save_figure(fig: object, path: str | Path, dpi: int = 110) -> Path:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=dpi, format=fmt)  # type: ignore[attr-defined]
     return path
+
+
+def whole_csv_text(path: str | Path) -> tuple[str, int]:
+    """A CSV's text without the rows whose field count differs from the header's (cut
+    short by a kill, or hand edits), and how many were left out: for readers that parse
+    the text themselves (pandas)."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    torn = 0
+    with Path(path).open(newline="") as fh:
+        rows = csv.reader(fh)
+        header = next(rows, None)
+        if header is None:
+            return "", 0
+        writer.writerow(header)
+        for row in rows:
+            if len(row) == len(header):
+                writer.writerow(row)
+            elif row:
+                torn += 1
+    return out.getvalue(), torn

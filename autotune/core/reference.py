@@ -325,42 +325,66 @@ def settings_key() -> tuple[Any, ...]:
 
 # torch's newer precision settings (``torch.backends.fp32_precision`` and its children),
 # where this torch has them: saved and restored in this order, the root first.
-_FP32_PRECISION_HOLDERS = (
-    lambda: torch.backends,
-    lambda: torch.backends.cuda.matmul,
-    lambda: torch.backends.cudnn,
-    lambda: torch.backends.cudnn.conv,
-    lambda: torch.backends.cudnn.rnn,
-    lambda: torch.backends.mkldnn,
+_FP32_PRECISION_PATHS = (
+    "",
+    "cuda.matmul",
+    "cudnn",
+    "cudnn.conv",
+    "cudnn.rnn",
+    "mkldnn",
+    "mkldnn.matmul",
+    "mkldnn.conv",
+    "mkldnn.rnn",
 )
 
-FlagsState = tuple[str, tuple[Any, ...]]
+
+def _precision_holder(path: str) -> Any:
+    """``torch.backends`` or the sub-backend at ``path`` (None where this torch lacks it)."""
+    obj: Any = torch.backends
+    for part in filter(None, path.split(".")):
+        obj = getattr(obj, part, None)
+    return obj if obj is not None and hasattr(obj, "fp32_precision") else None
+
+
+_FP32_PRECISION_HOLDERS = tuple(
+    (lambda path=path: _precision_holder(path)) for path in _FP32_PRECISION_PATHS
+)
+
+# (the legacy flags where readable: matmul precision and both allow_tf32, else None;
+#  the matmul precision where readable; every newer-API setting, root first)
+FlagsState = tuple[tuple[Any, ...] | None, str | None, tuple[Any, ...]]
 
 
 def flags_state() -> FlagsState:
-    """The process's precision flags as they can be put back: the legacy ones (matmul
-    precision, both ``allow_tf32``) where torch reads them, else the matmul precision
-    where readable and the newer API's values."""
+    """The process's precision settings, all of them, as they can be put back."""
     try:
-        return "legacy", (_get_precision(), _cublas_tf32_raw(), _cudnn_tf32_raw())
-    except RuntimeError:  # the newer API is in use: the legacy flags are unreadable
-        values = (getattr(holder(), "fp32_precision", None) for holder in _FP32_PRECISION_HOLDERS)
-        return "fp32_precision", (matmul_precision(), *values)
+        legacy: tuple[Any, ...] | None = (_get_precision(), _cublas_tf32_raw(), _cudnn_tf32_raw())
+    except RuntimeError:  # the newer API is in use: some legacy flag is unreadable
+        legacy = None
+    newer = tuple(
+        getattr(holder(), "fp32_precision", None) if holder() is not None else None
+        for holder in _FP32_PRECISION_HOLDERS
+    )
+    return legacy, matmul_precision(), newer
 
 
 def restore_flags(state: FlagsState) -> None:
-    """Put back what ``flags_state()`` read."""
-    kind, values = state
-    if kind == "legacy":
-        torch.set_float32_matmul_precision(values[0])
-        torch.backends.cuda.matmul.allow_tf32 = values[1]
-        torch.backends.cudnn.allow_tf32 = values[2]
-        return
-    if values[0] is not None:  # the legacy precision first: the holders' values win
-        torch.set_float32_matmul_precision(values[0])
-    for holder, value in zip(_FP32_PRECISION_HOLDERS, values[1:], strict=True):
-        if value is not None:
-            holder().fp32_precision = value
+    """Put back what ``flags_state()`` read: the legacy flags first (they write the newer
+    settings under them), then every newer setting as it was, root first (a child left
+    at "none" inherits again, as before). Where the process had mixed the two APIs (a
+    legacy getter raised), the legacy getters may read or raise differently afterwards;
+    every newer setting is as it was."""
+    legacy, precision, newer = state
+    if legacy is not None:  # the precision last: it decides what the getters read back
+        torch.backends.cuda.matmul.allow_tf32 = legacy[1]
+        torch.backends.cudnn.allow_tf32 = legacy[2]
+        torch.set_float32_matmul_precision(legacy[0])
+    elif precision is not None:
+        torch.set_float32_matmul_precision(precision)
+    for holder, value in zip(_FP32_PRECISION_HOLDERS, newer, strict=True):
+        obj = holder()
+        if obj is not None and value is not None and obj.fp32_precision != value:
+            obj.fp32_precision = value
 
 
 # The flags are the process's, not a thread's: threads inside official_settings() at once

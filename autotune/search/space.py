@@ -216,6 +216,11 @@ def _as_tuple(value: Any, where: str) -> tuple[Any, ...]:
 
 def parse_space(data: Mapping[str, Any], source: str) -> SearchSpace:
     """Validate a space's data; errors name the space, the field and the valid values."""
+    if not isinstance(data, Mapping):
+        raise ValueError(
+            f"search space ({source}) must be a dict with 'name' and 'params', got "
+            f"{type(data).__name__}"
+        )
     where = f"search space {data.get('name', '?')!r} ({source})"
     known = {
         "name",
@@ -233,6 +238,10 @@ def parse_space(data: Mapping[str, Any], source: str) -> SearchSpace:
         raise ValueError(f"{where}: unknown fields {unknown}; valid: {sorted(known)}")
     if not isinstance(data.get("name"), str):
         raise ValueError(f"{where}: 'name' must be a string")
+    if not isinstance(data.get("params", []), (list, tuple)) or not all(
+        isinstance(p, Mapping) for p in data.get("params", [])
+    ):
+        raise ValueError(f"{where}: 'params' must be a list of dicts, one a knob")
     params = []
     for i, p in enumerate(data.get("params", [])):
         pw = f"{where} param #{i}"
@@ -293,7 +302,18 @@ def _when(p: Mapping[str, Any], where: str) -> dict[str, tuple[Any, ...]]:
 
 
 def load_space_file(path: str | Path) -> SearchSpace:
-    path = Path(path)
+    """A user's space (.py with ``SPACE`` or .json); any fault of the file is a
+    ValueError naming it."""
+    try:
+        return _load_space_file(Path(path))
+    except (TypeError, AttributeError, KeyError) as exc:  # a shape parse_space missed
+        raise ValueError(
+            f"search space {str(path)!r} is malformed ({type(exc).__name__}: {exc}); "
+            "see search_spaces/cpu.py for the form"
+        ) from exc
+
+
+def _load_space_file(path: Path) -> SearchSpace:
     if not path.is_file():
         raise ValueError(f"search space file {str(path)!r} does not exist")
     if path.suffix == ".json":

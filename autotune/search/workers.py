@@ -60,7 +60,13 @@ def _worker_main(
     index: int, job: WorkerJob, tickets: Any, in_flight: Any, env: dict[str, str]
 ) -> None:
     os.environ.update(env)
-    run_worker_trials(job, index, tickets, in_flight)
+    try:
+        run_worker_trials(job, index, tickets, in_flight)
+    except KeyboardInterrupt:
+        # A second signal (the terminal's Ctrl-C reaches the worker, and the parent
+        # forwards its own): the trial in flight, if any, is failed by its heartbeat and
+        # retried when the study resumes; the parent says the one line.
+        sys.exit(INTERRUPTED_EXIT)
 
 
 def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from autotune.core.cases import get_case
-from autotune.core.files import save_figure, write_atomic
+from autotune.core.files import save_figure, whole_csv_text, write_atomic
 from autotune.core.outcome import HOST_HEADROOM, paced_by
 from autotune.search import trials
 from autotune.tools.floors import CEILINGS, floor_of
@@ -244,9 +245,18 @@ BENCH_COLUMNS = ("case", "verdict", "ref_ms", "table_ms", "speedup")
 def bench_frame(csv_path: str | Path) -> pd.DataFrame:
     """Rows of ``autotune bench --csv`` (anchors decoded); a ValueError naming the file
     where it is not one (no such columns, or not a CSV)."""
+    import csv
+    import io
+
     try:
-        frame = pd.read_csv(csv_path, dtype={"case": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        text, torn = whole_csv_text(csv_path)
+        frame = pd.read_csv(io.StringIO(text), dtype={"case": str})
+    except (
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+        UnicodeDecodeError,
+        csv.Error,
+    ) as exc:
         raise ValueError(
             f"{csv_path} is not an 'autotune bench --csv' file ({exc}); give one that "
             "autotune bench wrote"
@@ -256,6 +266,11 @@ def bench_frame(csv_path: str | Path) -> pd.DataFrame:
         raise ValueError(
             f"{csv_path} is not an 'autotune bench --csv' file: no column "
             f"{', '.join(missing)}; give one that autotune bench wrote"
+        )
+    if torn:
+        warnings.warn(
+            f"{csv_path}: {torn} row(s) cut short (a run killed mid-write) left out",
+            stacklevel=2,
         )
     if "anchors" in frame:
         frame["anchors"] = frame["anchors"].fillna("{}").map(json.loads)

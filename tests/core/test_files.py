@@ -137,8 +137,7 @@ def test_processes_appending_to_one_file_keep_every_line(tmp_path: Path) -> None
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(path), str(w)], env=env)
-        for w in range(4)
+        subprocess.Popen([sys.executable, "-c", code, str(path), str(w)], env=env) for w in range(4)
     ]
     assert all(p.wait(120) == 0 for p in procs)
     rows, torn = csv_rows(path)
