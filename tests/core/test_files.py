@@ -144,3 +144,21 @@ def test_processes_appending_to_one_file_keep_every_line(tmp_path: Path) -> None
     assert torn == 0 and len(rows) == 1200
     want = {(str(w), str(i)) for w in range(4) for i in range(300)}
     assert {(r["w"], r["i"]) for r in rows} == want
+
+
+def test_a_symlinks_target_is_replaced_and_the_link_kept(tmp_path: Path) -> None:
+    target = tmp_path / "target.py"
+    target.write_text("v1")
+    link = tmp_path / "link.py"
+    link.symlink_to(target)
+    write_atomic(link, "v2")
+    assert link.is_symlink() and target.read_text() == "v2"
+
+
+def test_whole_csv_text_leaves_out_torn_rows_for_pandas(tmp_path: Path) -> None:
+    from autotune.core.files import whole_csv_text
+
+    path = tmp_path / "b.csv"
+    path.write_text('case,anchors,ms\n1,"{""a"": 1}",0.5\n2,"{}"\n3,"{}",0.2\n')
+    text, torn = whole_csv_text(path)
+    assert torn == 1 and text == 'case,anchors,ms\n1,"{""a"": 1}",0.5\n3,{},0.2\n'
