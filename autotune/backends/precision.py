@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from autotune.core.device import DeviceInfo
+from autotune.core.threads import SharedSection
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -79,44 +78,32 @@ def drop_bits_reasons(plan: Any) -> list[str]:
     return out
 
 
+def _tf32_flags() -> tuple[bool, bool]:
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+
+
+def _tf32_off() -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def _restore_tf32(saved: tuple[bool, bool]) -> None:
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 # TF32 is a process-wide switch: threads inside ``matmul_precision("ieee")`` at once share
 # one saved state, saved by the first to enter and put back by the last to leave (saving
 # and restoring per thread left TF32 off for good when two such sections overlapped).
-_IEEE_LOCK = threading.Lock()
-_ieee_depth = 0
-_ieee_saved: tuple[bool, bool] | None = None
+_IEEE = SharedSection(_tf32_flags, _tf32_off, _restore_tf32)
+_NOTHING = contextlib.nullcontext()
 
 
-@contextlib.contextmanager
-def matmul_precision(prec: str) -> Iterator[None]:
+def matmul_precision(prec: str) -> contextlib.AbstractContextManager[None]:
     """``ieee``: turn TF32 off for the ops inside; other precisions leave flags alone.
 
     The flags are the process's: another thread's matmuls in the same moment run without
     TF32 too (more exact), and its call sees flags other than the serving contract's."""
-    global _ieee_depth, _ieee_saved
-    if prec != "ieee":
-        yield
-        return
-    entered = False
-    try:
-        with _IEEE_LOCK:
-            if _ieee_depth == 0:
-                _ieee_saved = (
-                    torch.backends.cuda.matmul.allow_tf32,
-                    torch.backends.cudnn.allow_tf32,
-                )
-            _ieee_depth += 1
-            entered = True
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        yield
-    finally:
-        with _IEEE_LOCK:
-            if entered:
-                _ieee_depth -= 1
-            if _ieee_depth == 0 and _ieee_saved is not None:
-                saved, _ieee_saved = _ieee_saved, None
-                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    return _IEEE() if prec == "ieee" else _NOTHING
 
 
 def linear(

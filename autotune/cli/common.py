@@ -119,7 +119,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     and ``--csv`` are files, ``--out`` a file or (``out_is="dir"`` in the parser's
     defaults) a folder. A file must not be a folder, a folder not a file, and the nearest
     existing folder above either must be writable."""
-    import os
+    from autotune.core.files import unwritable_folder
 
     outputs = [(f"--{name}", getattr(args, name, None), "file") for name in ("json", "csv")]
     outputs.append(("--out", getattr(args, "out", None), getattr(args, "out_is", "file")))
@@ -133,8 +133,6 @@ def check_outputs(args: argparse.Namespace) -> None:
             raise CliError(f"{flag} {value} is a folder; give a file path inside it")
         if kind == "dir" and path.exists() and not path.is_dir():
             raise CliError(f"{flag} {value} is a file; give a folder")
-        above = path.absolute() if kind == "dir" else path.absolute().parent
-        while not above.exists() and above != above.parent:
-            above = above.parent
-        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
-            raise CliError(f"{flag} {value}: {above} is not a writable folder")
+        blocked = unwritable_folder(path if kind == "dir" else path.absolute().parent)
+        if blocked is not None:
+            raise CliError(f"{flag} {value}: {blocked} is not a writable folder")

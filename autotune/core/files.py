@@ -139,18 +139,12 @@ def _whole_lines_size(fh: BinaryIO) -> int:
 
 def csv_rows(path: str | Path) -> tuple[list[dict[str, str]], int]:
     """The rows of a CSV grown by ``append_line``, and how many rows were left out for
-    missing or extra fields (a row cut short by a kill before ``append_line`` dropped it,
-    or a hand edit)."""
+    missing or extra fields (``whole_csv_text``)."""
     import csv
+    import io
 
-    rows, torn = [], 0
-    with Path(path).open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            if None in row or None in row.values():
-                torn += 1
-            else:
-                rows.append(row)
-    return rows, torn
+    text, torn = whole_csv_text(path)
+    return list(csv.DictReader(io.StringIO(text))), torn
 
 
 def save_figure(fig: object, path: str | Path, dpi: int = 110) -> Path:
@@ -185,3 +179,14 @@ def whole_csv_text(path: str | Path) -> tuple[str, int]:
             elif row:
                 torn += 1
     return out.getvalue(), torn
+
+
+def unwritable_folder(folder: str | Path) -> Path | None:
+    """The nearest existing folder at or above ``folder`` where it is not writable (a
+    file written there would fail, the missing folders below it unmade), else None."""
+    above = Path(folder).absolute()
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+        return above
+    return None

@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from autotune.core.threads import SharedSection
 
 ATOL = 0.002
 RTOL = 0.02
@@ -387,43 +387,25 @@ def restore_flags(state: FlagsState) -> None:
             obj.fp32_precision = value
 
 
+def _set_official_flags() -> None:
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
 # The flags are the process's, not a thread's: threads inside official_settings() at once
 # share one saved state, saved by the first to enter and put back by the last to leave.
-_OFFICIAL_LOCK = threading.Lock()
-_official_depth = 0
-_official_saved: FlagsState | None = None
+_OFFICIAL = SharedSection(flags_state, _set_official_flags, restore_flags)
 
 
-@contextlib.contextmanager
-def official_settings() -> Iterator[None]:
+def official_settings() -> contextlib.AbstractContextManager[None]:
     """The benchmark's runtime flags (matmul precision "high", TF32 on), restored on exit.
 
     The flags are process-wide: while any thread is inside, every thread sees them.
     Entered by several threads at once (or nested), they are saved by the first to enter
     and restored by the last to leave. Flags set through torch's newer ``fp32_precision``
     API are restored through it."""
-    global _official_depth, _official_saved
-    entered = False
-    try:
-        with _OFFICIAL_LOCK:
-            if _official_depth == 0:
-                _official_saved = flags_state()
-            _official_depth += 1
-            entered = True
-            # Set by every entrant: a thread inside may have changed them since.
-            torch.set_float32_matmul_precision("high")
-            torch.backends.cuda.matmul.allow_tf32 = True
-            torch.backends.cudnn.allow_tf32 = True
-        yield
-    finally:
-        # An interrupt anywhere above (a signal handler raises where the code is) leaves
-        # the count right: only an entrant counted leaves, and the last restores.
-        with _OFFICIAL_LOCK:
-            if entered:
-                _official_depth -= 1
-            if _official_depth == 0 and _official_saved is not None:
-                saved, _official_saved = _official_saved, None
-                restore_flags(saved)
+    return _OFFICIAL()
 
 
 def official_settings_active() -> bool:

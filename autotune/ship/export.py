@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.core.files import write_atomic
+from autotune.core.files import unwritable_folder, write_atomic
 from autotune.core.profiles import ProfileSelection
 from autotune.plan import EXPORT_ANCHORS, Plan
 from autotune.runtime.table import (
@@ -193,7 +193,6 @@ def check_out(path: Path, profile: str, fresh: bool) -> None:
     must not replace: a directory, an unwritable place, or (without ``--fresh``) a file
     that is not this profile's intact table (another profile's table, an edited one, a
     file of your own)."""
-    import os
 
     if not path.name:
         raise ValueError(f"--out {str(path)!r} is not a file path; give one such as "
@@ -201,11 +200,9 @@ def check_out(path: Path, profile: str, fresh: bool) -> None:
     if path.is_dir():
         raise ValueError(f"--out {path} is a directory; give a file path such as "
                          f"{path / (profile + '.py')}")  # fmt: skip
-    parent = path.parent.absolute()
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {path}: {parent} is not a writable directory; give a path "
+    blocked = unwritable_folder(path.absolute().parent)
+    if blocked is not None:
+        raise ValueError(f"--out {path}: {blocked} is not a writable directory; give a path "
                          "where a file can be written")  # fmt: skip
     if fresh or not path.exists():
         return
