@@ -324,6 +324,7 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         ),
         (["study", "--gpu", "cpu", "--storage", "sqlite:///"], "names no file"),
         (["conformance", "/no/vector.pt"], "golden vector '/no/vector.pt' is not a file"),
+        (["conformance", "pyproject.toml"], "cannot read golden vector 'pyproject.toml'"),
         (["export", "--gpu", "cpu", "--finalists", "0"], "--finalists 0: give 1 or more"),
     ],
 )

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from autotune.cli.common import DEFAULT_GOLDEN, chunk_pair, default_vectors
+from autotune.cli.common import DEFAULT_GOLDEN, CliError, chunk_pair, default_vectors
 from autotune.core.files import write_atomic
 
 
@@ -68,9 +68,13 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         subject = golden.oracle_subject(*chunk_pair(args.oracle_chunks, "--oracle-chunks"))
     elif args.table:
         subject, exact = golden.table_subject(args.table), None
-    _, failed = golden.run_conformance(
-        default_vectors(args.vectors), subject, exact_tolerance=exact
-    )
+    vectors = default_vectors(args.vectors)
+    for path in args.vectors or ():  # a file named on the line that is no vector is bad input
+        try:
+            golden.load_vector(path)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+    _, failed = golden.run_conformance(vectors, subject, exact_tolerance=exact)
     return 1 if failed else 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,11 @@ def load_vector(path: str | Path) -> GoldenVector:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"golden vector {str(path)!r} does not exist")
+    if not zipfile.is_zipfile(path):  # torch.save's format; torch's own error blames weights_only
+        raise ValueError(
+            f"cannot read golden vector {str(path)!r}: not a torch.save file; give a .pt file "
+            "from shared/golden"
+        )
     try:
         data: dict[str, Any] = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch's message runs to many lines: its first says what
