@@ -743,6 +743,38 @@ def test_report_shows_buckets_and_the_unseen_shapes_of_this_table(tmp_path) -> N
     assert (tmp_path / "rep" / "unseen.png").stat().st_size > 0
 
 
+def test_a_report_cut_short_leaves_the_old_report_and_figures_together(
+    tmp_path, monkeypatch
+) -> None:
+    import errno
+
+    from autotune.tools import report
+    from autotune.tools.unseen import append_row
+
+    table = load_table(_table(tmp_path, [_bucket(HEADS)]))
+    csv_path = tmp_path / "unseen.csv"
+    row = {"served": "yes", "speedup": 3.0, "failed_elements": 0, "table_hash": table.content_hash}
+    append_row(csv_path, {"batch": 2, "seq": 20, **row})
+    rep = tmp_path / "rep"
+    kwargs = dict(profile="cpu", studies=[], table=table, bench_csv=None, out_dir=rep,
+                  command="test", unseen_csv=csv_path)  # fmt: skip
+    report.write_report(**kwargs)
+    before = {p.name: p.read_bytes() for p in rep.iterdir()}
+    append_row(csv_path, {"batch": 12, "seq": 40, **row})  # a new figure, a new page
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(report, "write_atomic", full)  # report.md, written last, fails
+    with pytest.raises(OSError):
+        report.write_report(**kwargs)
+    assert {p.name: p.read_bytes() for p in rep.iterdir()} == before  # no new figure either
+    monkeypatch.undo()
+    report.write_report(**kwargs)
+    after = {p.name: p.read_bytes() for p in rep.iterdir()}
+    assert after.keys() == before.keys() and after["unseen.png"] != before["unseen.png"]
+
+
 def test_a_rectangle_whose_process_died_is_tried_cell_by_cell(monkeypatch) -> None:
     from autotune.ship.buckets import build_buckets
 

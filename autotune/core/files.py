@@ -7,6 +7,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,13 +26,50 @@ def _new_file_mode() -> int:
     return 0o666 & ~mask
 
 
+# Inside ``together()``: the (temporary, target) pairs whose renames wait for its end.
+_STAGED: ContextVar[dict[Path, Path] | None] = ContextVar("autotune_staged", default=None)
+
+
+@contextlib.contextmanager
+def together() -> Iterator[None]:
+    """Files written atomically inside the block (``write_atomic``, ``save_figure``,
+    ``atomic_path``) replace their targets together when it ends without an error: a
+    reader sees every old file or every new one, never a mix (a full disk or a kill part
+    way through a report leaves the old report whole). The writes happen in the block;
+    only the renames, which need no space, wait. Nested blocks join the outer one."""
+    if _STAGED.get() is not None:
+        yield
+        return
+    pending: dict[Path, Path] = {}
+    token = _STAGED.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp in pending.values():
+            tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        _STAGED.reset(token)
+    done = 0
+    try:
+        for path, tmp in pending.items():
+            os.replace(tmp, path)
+            done += 1
+    except BaseException as exc:
+        for tmp in list(pending.values())[done:]:
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _named(exc, path) from exc
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary sibling of ``path`` for a writer that takes a file name (a figure's
-    ``savefig``): renamed over ``path`` once the block ends without an error, removed
-    otherwise. The file keeps the mode (and, where this process may, the owner) of the
-    one it replaces (a new one: the umask's); a symbolic link's target is replaced, the
-    link kept. An OS error names ``path``."""
+    ``savefig``): renamed over ``path`` once the block ends without an error (inside
+    ``together()``, once that block ends), removed otherwise. The file keeps the mode
+    (and, where this process may, the owner) of the one it replaces (a new one: the
+    umask's); a symbolic link's target is replaced, the link kept. An OS error names ``path``."""
     path = Path(path)
     if path.is_symlink():
         path = path.resolve()
@@ -50,7 +88,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.chmod(tmp, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(OSError):  # only root may give a file away
                 os.chown(tmp, old.st_uid, old.st_gid)
-        os.replace(tmp, path)
+        staged = _STAGED.get()
+        if staged is None:
+            os.replace(tmp, path)
+        else:  # renamed with the rest of the set when together()'s block ends
+            earlier = staged.pop(path, None)
+            if earlier is not None:
+                earlier.unlink(missing_ok=True)
+            staged[path] = tmp
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise _named(exc, path) from exc

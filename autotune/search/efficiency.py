@@ -41,7 +41,7 @@ from typing import Any
 
 import optuna
 
-from autotune.core.files import save_figure, write_atomic
+from autotune.core.files import save_figure, together, write_atomic
 from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
 from autotune.search.space import SearchSpace
@@ -671,7 +671,6 @@ def run_efficiency(
             emit(f"  {r.sampler}{' warm' if r.warm else ''} seed {r.seed}: {r.stopped}")
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    plot_runs(runs, best.latency, out / "efficiency.png", budget)
     record = {
         "header": header,
         "command": options.command,
@@ -708,7 +707,9 @@ def run_efficiency(
             for r, w in zip(runs, wall, strict=True)
         ],
     }
-    write_atomic(out / "efficiency.json", json.dumps(record, indent=1, default=str) + "\n")
+    with together():  # the figure and its record replace the old pair together
+        plot_runs(runs, best.latency, out / "efficiency.png", budget)
+        write_atomic(out / "efficiency.json", json.dumps(record, indent=1, default=str) + "\n")
     emit(f"wrote {out / 'efficiency.json'} and {out / 'efficiency.png'}")
     return True, record
 

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from autotune.core.cases import get_case
-from autotune.core.files import save_figure, whole_csv_text, write_atomic
+from autotune.core.files import save_figure, together, whole_csv_text, write_atomic
 from autotune.core.outcome import HOST_HEADROOM, paced_by
 from autotune.search import trials
 from autotune.tools.floors import CEILINGS, floor_of
@@ -648,6 +648,7 @@ def efficiency_markdown(paths: list[str], out: Path) -> list[str]:
     return lines
 
 
+@together()  # report.md and its figures replace the old set together
 def write_report(
     *,
     profile: str,

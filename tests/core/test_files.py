@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from autotune.core import files
-from autotune.core.files import append_line, atomic_path, csv_rows, save_figure, write_atomic
+from autotune.core.files import (
+    append_line,
+    atomic_path,
+    csv_rows,
+    save_figure,
+    together,
+    write_atomic,
+)
 
 
 def _mode(path: Path) -> int:
@@ -162,3 +169,43 @@ def test_whole_csv_text_leaves_out_torn_rows_for_pandas(tmp_path: Path) -> None:
     path.write_text('case,anchors,ms\n1,"{""a"": 1}",0.5\n2,"{}"\n3,"{}",0.2\n')
     text, torn = whole_csv_text(path)
     assert torn == 1 and text == 'case,anchors,ms\n1,"{""a"": 1}",0.5\n3,{},0.2\n'
+
+
+def test_files_written_together_replace_the_old_set_at_the_end_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "report.md", tmp_path / "front.png"
+    a.write_text("old a")
+    b.write_text("old b")
+    with pytest.raises(RuntimeError), together():
+        write_atomic(a, "new a")
+        assert a.read_text() == "old a"  # nothing replaced while the set is being written
+        raise RuntimeError("disk full at the second file")
+    assert (a.read_text(), b.read_text()) == ("old a", "old b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["front.png", "report.md"]
+    with together():
+        write_atomic(a, "first")
+        with together():  # a nested block joins the outer one
+            write_atomic(b, "new b")
+        assert b.read_text() == "old b"
+        write_atomic(a, "new a")  # written twice: the last one wins, no temporary left
+    assert (a.read_text(), b.read_text()) == ("new a", "new b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["front.png", "report.md"]
+
+
+def test_a_rename_that_fails_part_way_through_a_set_leaves_no_temporaries(
+    tmp_path: Path, monkeypatch
+) -> None:
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    real = os.replace
+
+    def refuse_b(src, dst):
+        if Path(dst) == b:
+            raise OSError(errno.EIO, "I/O error")
+        real(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", refuse_b)
+    with pytest.raises(OSError, match=r"b\.md"), together():
+        write_atomic(a, "a")
+        write_atomic(b, "b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md"]
