@@ -13,6 +13,7 @@ right: a candidate is a drop-in for the reference on every input.
 
 from __future__ import annotations
 
+import operator
 import sys
 import threading
 from collections.abc import Callable
@@ -169,6 +170,11 @@ class _LayerWeights:
         self.ffn_out_w, self.ffn_out_b = cast(layer.ffn_out.weight), cast(layer.ffn_out.bias)
 
 
+# A tensor's in-place edit counter (bumped by optimizer steps, copy_ under no_grad, edits in
+# inference mode; not by edits through ``.data``). Inference tensors keep none.
+_VERSION = operator.attrgetter("_version")
+
+
 def _set(module: torch.nn.Module, name: str, value: Any) -> None:
     """A plain attribute (no tensor, no module) set without nn.Module's registry checks:
     the per-call bookkeeping costs a few microseconds each through ``__setattr__``."""
@@ -178,10 +184,12 @@ def _set(module: torch.nn.Module, name: str, value: Any) -> None:
 class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     """The reference's parameters with a forward that follows a plan.
 
-    Derived weights (packed QKV, fp16 copies, fused-block views) and captured graphs are
+    Derived weights (packed QKV, fp16 copies, fused-block copies) and captured graphs are
     made once per parameter version: ``load_state_dict`` and ``.to()``/``.cuda()`` bump
-    it; code that edits parameters in place otherwise calls ``refresh()``. The steady
-    state reads one integer, never the parameters.
+    it, and so does an in-place edit of any parameter (each call compares the parameters'
+    autograd version counters, ~80 ns a parameter on a slow host: an optimizer step or a
+    ``copy_`` under ``no_grad`` is seen). Edits the counters miss (through ``.data``, or
+    of parameters made in inference mode) call ``refresh()``.
 
     Captured graphs replay on buffers this object owns: a lock makes a call's staging,
     replay and output hand-off one step, so threads sharing a module take turns there (on
@@ -204,6 +212,11 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         self._weights: list[_LayerWeights] | None = None
         self._param_version = 0  # bumped by load_state_dict, .to() and refresh()
         self._weights_version = -1  # the parameter version _weights were made at
+        # The parameters with version counters, and their versions when _weights were made.
+        self._watched: list[Tensor] = []
+        self._watched_versions: list[int] = []
+        # Called when an in-place edit was seen (the dispatcher forgets its gate verdicts).
+        self.on_edit: Callable[[], None] | None = None
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
         self._streams: list[torch.cuda.Stream] | None = None  # batch_streams > 1
         self._block: Any = None  # fused-block weights (views of the parameters)
@@ -253,16 +266,33 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
             log = self._per_thread.guard_log = []
         return log
 
-    def prepared_weights(self) -> list[_LayerWeights]:
+    def _stale(self) -> bool:
         if self._weights is None or self._weights_version != self._param_version:
+            return True
+        try:
+            return list(map(_VERSION, self._watched)) != self._watched_versions
+        except RuntimeError:  # a watched tensor is now an inference tensor (a copy made
+            return True  # in inference mode): remade, and watched no more
+
+    def prepared_weights(self) -> list[_LayerWeights]:
+        if self._stale():
             with self._graph_lock:  # one thread remakes them; no replay meanwhile
-                if self._weights is None or self._weights_version != self._param_version:
+                if self._stale():
+                    edited = self._weights is not None and self._param_version == (
+                        self._weights_version
+                    )  # only the counters moved
+                    if edited and self.on_edit is not None:
+                        self.on_edit()
+                    watched = [p for p in self.parameters() if not p.is_inference()]
+                    versions = list(map(_VERSION, watched))
                     with torch.no_grad():
                         weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
                     self._block = None
                     self._graphs.clear()  # graphs read derived weights of their version
+                    self._watched, self._watched_versions = watched, versions
                     self._weights = weights
                     self._weights_version = self._param_version
+        assert self._weights is not None
         return self._weights
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:

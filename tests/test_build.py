@@ -555,7 +555,7 @@ def test_plans_that_apply_the_mask_on_the_device_never_read_it_on_the_host(
         assert report.passed, f"{name}: {report.summary()}"
 
 
-def test_parameters_are_read_once_per_version_and_refresh_remakes_them(
+def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
     cpu_device, monkeypatch
 ) -> None:
     import autotune.build as build
@@ -578,17 +578,31 @@ def test_parameters_are_read_once_per_version_and_refresh_remakes_them(
             cand(x)
     assert len(made) == 2  # two layers, once: the steady state reads no parameters
     with torch.no_grad():
-        for p in cand.parameters():
-            p.mul_(0.5)  # edited in place: the packed copies are stale until refresh()
+        next(cand.parameters()).mul_(0.5)  # one parameter edited in place: seen by itself
+    with torch.inference_mode():
+        ref.load_state_dict(cand.state_dict())
+        assert check_outputs(cand(x), ref(x)).passed
+        cand(x)
+    assert len(made) == 4  # remade once, not per call
+    opt = torch.optim.SGD(cand.parameters(), lr=0.5)
+    bias = cand.layers[0].ffn_out.bias
+    bias.grad = torch.ones_like(bias)
+    opt.step()  # an optimizer step edits in place
+    with torch.inference_mode():
+        ref.load_state_dict(cand.state_dict())
+        assert check_outputs(cand(x), ref(x)).passed
+    assert len(made) == 6
+    for p in cand.parameters():
+        p.data.mul_(0.5)  # through .data: no version counter sees it, refresh() does
     cand.refresh()
     with torch.inference_mode():
         ref.load_state_dict(cand.state_dict())
         assert check_outputs(cand(x), ref(x)).passed
-    assert len(made) == 4
+    assert len(made) == 8
     cand.load_state_dict(ReferenceTransformer(cfg).state_dict())
     with torch.inference_mode():
         cand(x)
-    assert len(made) == 6  # load_state_dict bumps the version itself
+    assert len(made) == 10  # load_state_dict bumps the version itself
 
 
 def test_per_layer_triton_attention_with_mask_bounds_takes_them_per_layer(

@@ -233,9 +233,11 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         return getattr(self._local, "route", None)
 
     def refresh(self) -> None:
-        """The parameters changed in place: the plans remake their derived weights and
-        graphs (``load_state_dict`` and ``.to()`` do this themselves). Routes that rest on
-        a gate verdict are resolved again (verdicts belong to the weights they judged)."""
+        """The parameters changed in a way no version counter sees (edits through
+        ``.data``, or of parameters made in inference mode): the plans remake their derived
+        weights and graphs (``load_state_dict``, ``.to()`` and other in-place edits do
+        this themselves). Routes that rest on a gate verdict are resolved again (verdicts
+        belong to the weights they judged)."""
         for cand in self._candidates.values():
             cand.refresh()
         self._guards.clear()  # decisions made with the old weights
@@ -512,6 +514,7 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             # Share our modules: one set of weights, loaded once, seen by every plan.
             cand.layers = self.layers
             cand.final_norm = self.final_norm
+            cand.on_edit = self._forget_gated_routes  # gate verdicts judged the old weights
             cand.eval()
             self._candidates[plan.hash] = cand
         return cand
