@@ -819,9 +819,9 @@ def test_busy_us_counts_overlapping_kernels_once() -> None:
 def test_export_refuses_an_out_it_must_not_replace_before_measuring(
     pipeline, tmp_path, capsys
 ) -> None:
-    """Another profile's table, an edited table and a file of your own are refused at once
-    (exit 2, the file unchanged); --fresh replaces them. A directory or an unwritable
-    place is refused before anything is measured."""
+    """Another profile's table, an edited table (its values, or only a comment) and a file
+    of your own are refused at once (exit 2, the file unchanged); --fresh replaces them. A
+    directory or an unwritable place is refused before anything is measured."""
     db = pipeline["db"]
     values = read_table_file(pipeline["table"])
     h200 = tmp_path / "h200.py"
@@ -830,10 +830,13 @@ def test_export_refuses_an_out_it_must_not_replace_before_measuring(
     mine.write_text("def important():\n    return 42\n")
     edited = tmp_path / "edited.py"
     edited.write_text(pipeline["table"].read_text().replace("'admitted': True", "'admitted': 1"))
+    commented = tmp_path / "commented.py"  # values intact: a comment would be lost
+    commented.write_text(pipeline["table"].read_text() + "# serves the canary fleet\n")
     cases = {
         h200: "is profile 'h200''s table (version 3)",
         mine: "is not an autotune table",
         edited: "fails its own checks",
+        commented: "was edited by hand (its values are intact, but comments",
     }
     for path, why in cases.items():
         text = path.read_text()

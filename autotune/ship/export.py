@@ -226,6 +226,14 @@ def check_out(path: Path, profile: str, fresh: bool) -> None:
             f"builds on an edited table: restore it (git checkout {path}), or pass --fresh "
             "to replace it"
         )
+    if table.schema == SCHEMA_VERSION and path.read_text() != render_table(
+        table.profile, table.version, dict(table.provenance), dict(table.entries),
+        list(table.buckets),
+    ):  # fmt: skip
+        raise ValueError(
+            f"--out {path} was edited by hand (its values are intact, but comments or layout "
+            f"differ from what export wrote), and export would lose those edits: {fix}"
+        )
 
 
 def _intact_table(path: Path, profile: str) -> Any:
