@@ -130,6 +130,44 @@ def test_a_fused_layer_graph_stores_into_the_ring_buffer_without_a_copy():
     _assert_close(y, ref(x, mask))
 
 
+@pytest.mark.parametrize(
+    "plan",
+    [
+        GRAPHED,  # packed QKV: a copy of three weights
+        Plan(  # the fused rows layer: fp16 copies of every matrix
+            attention="triton",
+            fused_layer="rows",
+            attn_precision="fp16",
+            gemm_precision="fp16",
+            attn_block_m=16,
+            attn_block_n=16,
+            row_block=16,
+            cuda_graph=True,
+        ),
+    ],
+    ids=["packed", "fused-rows-fp16"],
+)
+def test_an_in_place_edit_after_capture_is_served_without_refresh(plan: Plan) -> None:
+    """A captured graph reads the plan's derived weights: after an optimizer-style edit of
+    a parameter in place, the next call remakes them and captures again."""
+    ref, cand = _pair(plan)
+    x, mask = _inputs(7)
+    with serving():
+        for _ in range(3):
+            cand(x, mask)
+        before = cand._graphs.copy()
+        with torch.no_grad():
+            for module in (cand.layers[0].attention.k_proj, cand.layers[1].ffn_in):
+                module.weight.mul_(1.25)
+        ref.load_state_dict(cand.state_dict())
+        y = cand(x, mask)
+        assert cand._graphs and all(
+            g is not before.get(k) for k, g in cand._graphs.items()
+        )  # captured again
+        _assert_close(y, ref(x, mask))
+        _assert_close(cand(x, mask), ref(x, mask))
+
+
 def _shipped_entries():
     if not torch.cuda.is_available():
         return
