@@ -37,6 +37,16 @@ CFG = TransformerConfig(
     batch_size=4, seq_len=64, d_model=64, num_heads=4, ffn_dim=128, num_layers=2, causal=True
 )
 GRAPHED = Plan(attention="sdpa_efficient", heads="strided", qkv="packed", cuda_graph=True)
+FUSED_ROWS = Plan(
+    attention="triton",
+    fused_layer="rows",
+    attn_precision="fp16",
+    gemm_precision="fp16",
+    attn_block_m=16,
+    attn_block_n=16,
+    row_block=16,
+    cuda_graph=True,
+)
 
 
 def _pair(plan: Plan = GRAPHED, config: TransformerConfig = CFG):
@@ -104,17 +114,7 @@ def test_a_fused_layer_graph_stores_into_the_ring_buffer_without_a_copy():
     runs the layer kernels and no device copy of the output."""
     from torch.profiler import ProfilerActivity, profile
 
-    plan = Plan(
-        attention="triton",
-        fused_layer="rows",
-        attn_precision="fp16",
-        gemm_precision="fp16",
-        attn_block_m=16,
-        attn_block_n=16,
-        row_block=16,
-        cuda_graph=True,
-    )
-    ref, cand = _pair(plan)
+    ref, cand = _pair(FUSED_ROWS)
     x, mask = _inputs(5)
     with serving():
         for _ in range(3):
@@ -134,16 +134,7 @@ def test_a_fused_layer_graph_stores_into_the_ring_buffer_without_a_copy():
     "plan",
     [
         GRAPHED,  # packed QKV: a copy of three weights
-        Plan(  # the fused rows layer: fp16 copies of every matrix
-            attention="triton",
-            fused_layer="rows",
-            attn_precision="fp16",
-            gemm_precision="fp16",
-            attn_block_m=16,
-            attn_block_n=16,
-            row_block=16,
-            cuda_graph=True,
-        ),
+        FUSED_ROWS,  # fp16 copies of every matrix
     ],
     ids=["packed", "fused-rows-fp16"],
 )
