@@ -461,6 +461,16 @@ def test_export_and_buckets_commands_check_their_input(tmp_path, capsys) -> None
     assert "is a table for profile 'h200', not 'cpu'; pass --gpu h200" in capsys.readouterr().err
     assert main(["buckets", "--table", str(tmp_path / "none.py"), "--gpu", "cpu"]) == 2
     assert "does not exist" in capsys.readouterr().err
+    # the table it would rewrite, or the file at --out, is checked before any verification
+    cpu = _table(tmp_path / "cpu", [])
+    cpu.write_text(cpu.read_text() + "# canary fleet\n")
+    assert main(["buckets", "--table", str(cpu), "--gpu", "cpu"]) == 2
+    assert "was edited by hand" in capsys.readouterr().err
+    mine = tmp_path / "mine.py"
+    mine.write_text("print('mine')\n")
+    assert main(["buckets", "--table", str(cpu), "--gpu", "cpu", "--out", str(mine)]) == 2
+    assert "is not an autotune table" in capsys.readouterr().err
+    assert mine.read_text() == "print('mine')\n" and cpu.read_text().endswith("fleet\n")
     # unseen serves the table here too: another profile's table, or no shapes, is bad input
     assert main(["unseen", "--table", str(path), "--gpu", "cpu", "--count", "2"]) == 2
     assert "is a table for profile 'h200', not 'cpu'; pass --gpu h200" in capsys.readouterr().err
@@ -486,6 +496,9 @@ def test_buckets_command_verifies_on_the_cpu_and_keeps_the_entries(tmp_path, mon
     assert len(after.buckets) == len(draft_buckets(entries, CPU)) > 0
     assert "buckets" in after.provenance and after.usable
     assert after.provenance["buckets"]["device"] == "cpu"  # as export names it: kept later
+    path.write_text(path.read_text() + "# a note\n")  # refused without --fresh (above)
+    assert main(["buckets", "--table", str(path), "--gpu", "cpu", "--fresh"]) == 0
+    assert "# a note" not in path.read_text() and load_table(path).usable
 
 
 def test_a_buckets_run_cut_short_resumes_from_its_journal(tmp_path, monkeypatch) -> None:

@@ -59,7 +59,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_buckets(args: argparse.Namespace) -> int:
     from autotune.runtime.table import compatibility_problems, load_table
-    from autotune.ship.export import add_buckets
+    from autotune.ship.export import add_buckets, check_out
 
     chosen = selection(args)
     table = load_table(args.table)
@@ -76,6 +76,7 @@ def cmd_buckets(args: argparse.Namespace) -> int:
         )
         return 2
     out = Path(args.out or args.table)
+    check_out(out, chosen.profile.name, args.fresh)  # before any verification runs
     journal = Path(args.journal) if args.journal else None
     path, version, buckets = add_buckets(
         table, chosen, out, emit=lambda line: print(line, flush=True), journal=journal
@@ -145,6 +146,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     add_gpu(p)
     p.add_argument("--table", required=True, help="the table (e.g. tables/h200.py)")
     p.add_argument("--out", help="where to write (default: the table itself, a new version)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="replace a file at --out that is not this profile's intact table, or a table "
+        "edited by hand (its comments are lost; refused otherwise)",
+    )
     p.add_argument(
         "--journal",
         help="where each finished verification is recorded as it ends, so a run cut short "
