@@ -130,6 +130,7 @@ class _LayerWeights:
     derived tensors (packed QKV, fp16/bf16 copies) are made here, once per weight version."""
 
     __slots__ = (
+        "copied",
         "ffn_in_b",
         "ffn_in_w",
         "ffn_out_b",
@@ -149,14 +150,22 @@ class _LayerWeights:
         att = layer.attention
         gdt = DTYPES.get(plan.gemm_precision)
 
+        # The parameters copied here (packed or cast): an in-place edit of one of them
+        # leaves a stale copy; the others are read where they are.
+        self.copied: list[Tensor] = []
+
         def cast(t: Tensor) -> Tensor:
-            return t if gdt is None else t.detach().to(gdt)
+            if gdt is None:
+                return t
+            self.copied.append(t)
+            return t.detach().to(gdt)
 
         self.n1 = (layer.norm1.weight, layer.norm1.bias)
         self.n2 = (layer.norm2.weight, layer.norm2.bias)
         if plan.qkv == "packed":
             parts_w = [att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]
             parts_b = [att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]
+            self.copied += parts_w + parts_b
             self.qkv_w = torch.cat([p.detach() for p in parts_w], 0)
             self.qkv_b = torch.cat([p.detach() for p in parts_b], 0)
             if gdt is not None:
@@ -184,12 +193,13 @@ def _set(module: torch.nn.Module, name: str, value: Any) -> None:
 class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     """The reference's parameters with a forward that follows a plan.
 
-    Derived weights (packed QKV, fp16 copies, fused-block copies) and captured graphs are
+    Derived weights (packed QKV, fp16 copies, fused-layer copies) and captured graphs are
     made once per parameter version: ``load_state_dict`` and ``.to()``/``.cuda()`` bump
-    it, and so does an in-place edit of any parameter (each call compares the parameters'
-    autograd version counters, ~80 ns a parameter on a slow host: an optimizer step or a
-    ``copy_`` under ``no_grad`` is seen). Edits the counters miss (through ``.data``, or
-    of parameters made in inference mode) call ``refresh()``.
+    it, and so does an in-place edit of a parameter a derived tensor copies (each call
+    sums those parameters' autograd version counters, ~60 ns a parameter on a slow host:
+    an optimizer step or a ``copy_`` under ``no_grad`` is seen; the parameters read where
+    they are need no check). Edits the counters miss (through ``.data``, or of inference
+    tensors) call ``refresh()``; ``watch_edits = False`` skips the check.
 
     Captured graphs replay on buffers this object owns: a lock makes a call's staging,
     replay and output hand-off one step, so threads sharing a module take turns there (on
@@ -212,11 +222,10 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         self._weights: list[_LayerWeights] | None = None
         self._param_version = 0  # bumped by load_state_dict, .to() and refresh()
         self._weights_version = -1  # the parameter version _weights were made at
-        # The parameters with version counters, and their versions when _weights were made.
+        # The copied parameters with version counters, and their versions' sum when
+        # _weights were made (watch_edits False: none watched).
         self._watched: list[Tensor] = []
-        self._watched_versions: list[int] = []
-        # Called when an in-place edit was seen (the dispatcher forgets its gate verdicts).
-        self.on_edit: Callable[[], None] | None = None
+        self._watched_sum = 0
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
         self._streams: list[torch.cuda.Stream] | None = None  # batch_streams > 1
         self._block: Any = None  # fused-block weights (views of the parameters)
@@ -245,6 +254,10 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     # is dropped (its memory pool with it) and captured again if its shape returns.
     MAX_GRAPH_SHAPES = 16
 
+    # False: the parameters are taken as frozen once loaded (as torch.compile's freezing
+    # does): an in-place edit is seen only through refresh(), and no call reads a counter.
+    watch_edits = True
+
     # False: outputs of a compile mode that captures graphs are handed out as Inductor
     # returns them (overwritten by the next call), as ``torch.compile(model)`` does.
     owns_output = True
@@ -269,28 +282,42 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     def _stale(self) -> bool:
         if self._weights is None or self._weights_version != self._param_version:
             return True
-        try:
-            return list(map(_VERSION, self._watched)) != self._watched_versions
+        try:  # counters only grow: their sum moves if any one does
+            return sum(map(_VERSION, self._watched)) != self._watched_sum
         except RuntimeError:  # a watched tensor is now an inference tensor (a copy made
             return True  # in inference mode): remade, and watched no more
+
+    def _copied_parameters(self, weights: list[_LayerWeights]) -> list[Tensor]:
+        """The parameters a derived tensor copies (an in-place edit of one leaves a stale
+        copy); the others are read where they are, by eager calls and graphs alike."""
+        copied = [t for w in weights for t in w.copied]
+        if self._layer_backend.fused:  # the fused layers' packed, cast weights
+            for layer in self.layers:
+                att = layer.attention
+                for m in (att.q_proj, att.k_proj, att.v_proj, att.out_proj, layer.ffn_in,
+                          layer.ffn_out):  # fmt: skip
+                    copied += (m.weight, m.bias)
+        params = list(self.parameters())
+        if any(p.dtype != torch.float32 or not p.is_contiguous() for p in params):
+            copied = params  # any layer backend may copy them: all watched
+        # Inference tensors (made or moved inside inference mode) keep no counter: edits of
+        # them (possible only inside inference mode) need refresh().
+        unique = {id(t): t for t in copied}.values()
+        return [t for t in unique if not t.is_inference()]
 
     def prepared_weights(self) -> list[_LayerWeights]:
         if self._stale():
             with self._graph_lock:  # one thread remakes them; no replay meanwhile
                 if self._stale():
-                    edited = self._weights is not None and self._param_version == (
-                        self._weights_version
-                    )  # only the counters moved
-                    if edited and self.on_edit is not None:
-                        self.on_edit()
-                    watched = [p for p in self.parameters() if not p.is_inference()]
-                    versions = list(map(_VERSION, watched))
                     with torch.no_grad():
                         weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
+                    watched = self._copied_parameters(weights) if self.watch_edits else []
+                    total = sum(map(_VERSION, watched))  # before any later edit: remade then
                     self._block = None
                     self._graphs.clear()  # graphs read derived weights of their version
-                    self._watched, self._watched_versions = watched, versions
+                    # The weights first: a thread that sees the new sum reads them after.
                     self._weights = weights
+                    self._watched, self._watched_sum = watched, total
                     self._weights_version = self._param_version
         assert self._weights is not None
         return self._weights
@@ -454,6 +481,9 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
             else:
                 if len(graphs) >= self.MAX_GRAPH_SHAPES:  # many shapes: the least recent goes
                     del graphs[next(iter(graphs))]
+                # The weights of now: another thread may have remade them (an edit) since
+                # this call read them, and a graph captured on old ones would serve on.
+                weights = self._weights or weights
                 graph = _CapturedForward(
                     lambda xx, mm, out=None: self._chunked(xx, mm, kind, weights, out), x, mask
                 )

@@ -381,7 +381,9 @@ def test_the_one_time_gate_serves_a_passing_plan_reports_it_and_caches_it(tmp_pa
         assert again.last_route.plan == Plan.from_dict(HEADS)
 
 
-def test_an_in_place_edit_is_served_with_the_new_weights_and_gated_again(tmp_path) -> None:
+def test_an_in_place_edit_is_served_with_the_new_weights_and_refresh_gates_again(
+    tmp_path,
+) -> None:
     path = _table(tmp_path, [_bucket(HEADS)])
     config = select_cases("smoke-1")[0].config
     ref = build_reference(config, "cpu")
@@ -392,15 +394,17 @@ def test_an_in_place_edit_is_served_with_the_new_weights_and_gated_again(tmp_pat
     model.load_state_dict(ref.state_dict())
     with serving(), pytest.warns(UserWarning, match=r"one-time gate of plan \w+ passed"):
         model(x, mask)
-    with torch.no_grad():
-        model.layers[0].ffn_out.weight.mul_(1.5)  # no refresh(): the version counter says it
+    with torch.no_grad():  # packed into the plan's QKV copy; no refresh()
+        model.layers[0].attention.k_proj.weight.mul_(1.5)
     ref.load_state_dict(model.state_dict())
-    with serving():
+    with serving(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # the verdict is kept: no gate runs
         y = model(x, mask)  # the plan's derived weights remade before this call ran
         assert model.last_route.plan == Plan.from_dict(HEADS)
         assert check_outputs(y, ref(x, mask)).passed
-        with pytest.warns(UserWarning, match=r"one-time gate of plan \w+ passed"):
-            model(x, mask)  # the old weights' verdict forgotten: gated on the new ones
+    model.refresh()
+    with serving(), pytest.warns(UserWarning, match=r"one-time gate of plan \w+ passed"):
+        model(x, mask)  # refresh(): gated again on the weights of now
 
 
 def test_an_unreadable_gate_cache_warns_at_the_callers_line_and_is_rewritten(tmp_path) -> None:

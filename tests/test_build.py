@@ -578,14 +578,20 @@ def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
             cand(x)
     assert len(made) == 2  # two layers, once: the steady state reads no parameters
     with torch.no_grad():
-        next(cand.parameters()).mul_(0.5)  # one parameter edited in place: seen by itself
+        cand.layers[0].norm1.weight.mul_(0.5)  # read where it is: nothing to remake
+    with torch.inference_mode():
+        ref.load_state_dict(cand.state_dict())
+        assert check_outputs(cand(x), ref(x)).passed
+    assert len(made) == 2
+    with torch.no_grad():
+        cand.layers[1].attention.v_proj.bias.mul_(0.5)  # in the packed copy: seen by itself
     with torch.inference_mode():
         ref.load_state_dict(cand.state_dict())
         assert check_outputs(cand(x), ref(x)).passed
         cand(x)
     assert len(made) == 4  # remade once, not per call
     opt = torch.optim.SGD(cand.parameters(), lr=0.5)
-    bias = cand.layers[0].ffn_out.bias
+    bias = cand.layers[0].attention.q_proj.bias
     bias.grad = torch.ones_like(bias)
     opt.step()  # an optimizer step edits in place
     with torch.inference_mode():
@@ -603,6 +609,52 @@ def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
     with torch.inference_mode():
         cand(x)
     assert len(made) == 10  # load_state_dict bumps the version itself
+
+
+def test_a_graph_is_never_captured_on_weights_another_thread_replaced(
+    cpu_device, monkeypatch
+) -> None:
+    """A call that read the weights just before another thread saw an edit and remade
+    them captures its graph on the new ones (a capture on the old ones would serve on)."""
+    import autotune.build as build
+
+    class Capture:  # the CPU's stand-in for a CUDA graph: replay runs what was captured
+        def __init__(self, fn, x, mask):
+            self.fn = fn
+
+        def replay(self, x, mask):
+            return self.fn(x, mask)
+
+    monkeypatch.setattr(build, "_CapturedForward", Capture)
+    cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
+    ref = ReferenceTransformer(cfg).eval()
+    cand = build_candidate(Plan(qkv="packed"), cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 8, 16)
+    with torch.inference_mode():
+        old = cand.prepared_weights()  # one thread's call has read the weights
+        with torch.no_grad():
+            cand.layers[0].attention.k_proj.weight.mul_(1.5)
+        cand.prepared_weights()  # another's sees the edit and remakes them
+        cand._graph_forward(x, None, "none", old)  # the first reaches the capture
+        ref.load_state_dict(cand.state_dict())
+        for _ in range(2):
+            y = cand._graph_forward(x, None, "none", cand.prepared_weights())
+            assert check_outputs(y, ref(x)).passed
+
+
+def test_frozen_parameters_are_remade_only_by_refresh(cpu_device) -> None:
+    cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
+    ref = ReferenceTransformer(cfg).eval()
+    frozen = build_candidate(Plan(qkv="packed"), cfg, cpu_device, ref.state_dict())
+    frozen.watch_edits = False
+    x = torch.randn(2, 8, 16)
+    with torch.inference_mode():
+        before = frozen(x)
+        with torch.no_grad():
+            frozen.layers[0].attention.q_proj.weight.mul_(2.0)
+        assert torch.equal(frozen(x), before)  # not seen: frozen until refresh()
+        frozen.refresh()
+        assert not torch.equal(frozen(x), before)
 
 
 def test_per_layer_triton_attention_with_mask_bounds_takes_them_per_layer(

@@ -26,8 +26,15 @@ def _new_file_mode() -> int:
     return 0o666 & ~mask
 
 
-# Inside ``together()``: the (temporary, target) pairs whose renames wait for its end.
-_STAGED: ContextVar[dict[Path, Path] | None] = ContextVar("autotune_staged", default=None)
+class _Staged(dict[Path, Path]):
+    """Inside ``together()``: target -> temporary, the renames that wait for its end;
+    ``open`` turns False when it ends (a task that copied the context and writes later
+    renames at once)."""
+
+    open = True
+
+
+_STAGED: ContextVar[_Staged | None] = ContextVar("autotune_staged", default=None)
 
 
 @contextlib.contextmanager
@@ -36,19 +43,23 @@ def together() -> Iterator[None]:
     ``atomic_path``) replace their targets together when it ends without an error: a
     reader sees every old file or every new one, never a mix (a full disk or a kill part
     way through a report leaves the old report whole). The writes happen in the block;
-    only the renames, which need no space, wait. Nested blocks join the outer one."""
-    if _STAGED.get() is not None:
+    only the renames, which need no space, wait. Nested blocks join the outer one. The
+    set is this thread's (and its asyncio tasks'): other threads' writes rename at once."""
+    outer = _STAGED.get()
+    if outer is not None and outer.open:
         yield
         return
-    pending: dict[Path, Path] = {}
+    pending = _Staged()
     token = _STAGED.set(pending)
     try:
         yield
     except BaseException:
+        pending.open = False
         for tmp in pending.values():
             tmp.unlink(missing_ok=True)
         raise
     finally:
+        pending.open = False
         _STAGED.reset(token)
     done = 0
     try:
@@ -89,7 +100,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             with contextlib.suppress(OSError):  # only root may give a file away
                 os.chown(tmp, old.st_uid, old.st_gid)
         staged = _STAGED.get()
-        if staged is None:
+        if staged is None or not staged.open:
             os.replace(tmp, path)
         else:  # renamed with the rest of the set when together()'s block ends
             earlier = staged.pop(path, None)

@@ -52,18 +52,15 @@ def load_vector(path: str | Path) -> GoldenVector:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"golden vector {str(path)!r} does not exist")
-    if not zipfile.is_zipfile(path):  # torch.save's format; torch's own error blames weights_only
-        raise ValueError(
-            f"cannot read golden vector {str(path)!r}: not a torch.save file; give a .pt file "
-            "from shared/golden"
-        )
     try:
         data: dict[str, Any] = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch's message runs to many lines: its first says what
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        why = f" ({first[:200]})"
+        if not zipfile.is_zipfile(path):  # torch's own first line blames weights_only
+            why = ": not a torch.save file"
         raise ValueError(
-            f"cannot read golden vector {str(path)!r} ({first[:200]}); give a .pt file "
-            "from shared/golden"
+            f"cannot read golden vector {str(path)!r}{why}; give a .pt file from shared/golden"
         ) from exc
     missing = [k for k in REQUIRED_KEYS if k not in data]
     if missing:

@@ -205,8 +205,12 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         *,
         gate_unseen: bool = False,
         gate_cache: str | Path | None = None,
+        watch_edits: bool = True,
     ) -> None:
         super().__init__(config)
+        # False: parameters frozen once loaded; in-place edits need refresh() (no call
+        # reads the version counters of the parameters a plan copies).
+        self.watch_edits = watch_edits
         self._make_fresh()
         self.table: DispatchTable | None = load_table(table) if table is not None else None
         self.gate_unseen = gate_unseen
@@ -233,11 +237,11 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         return getattr(self._local, "route", None)
 
     def refresh(self) -> None:
-        """The parameters changed in a way no version counter sees (edits through
-        ``.data``, or of parameters made in inference mode): the plans remake their derived
-        weights and graphs (``load_state_dict``, ``.to()`` and other in-place edits do
-        this themselves). Routes that rest on a gate verdict are resolved again (verdicts
-        belong to the weights they judged)."""
+        """The parameters changed: the plans remake their derived weights and graphs
+        (``load_state_dict``, ``.to()`` and in-place edits that version counters see do
+        this themselves; edits through ``.data`` or of inference tensors need this call),
+        and routes that rest on a one-time gate verdict are gated again on the new weights
+        (only here and in ``load_state_dict``: verdicts belong to the weights they judged)."""
         for cand in self._candidates.values():
             cand.refresh()
         self._guards.clear()  # decisions made with the old weights
@@ -514,7 +518,7 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             # Share our modules: one set of weights, loaded once, seen by every plan.
             cand.layers = self.layers
             cand.final_norm = self.final_norm
-            cand.on_edit = self._forget_gated_routes  # gate verdicts judged the old weights
+            cand.watch_edits = self.watch_edits
             cand.eval()
             self._candidates[plan.hash] = cand
         return cand

@@ -13,7 +13,13 @@ from typing import Any
 import pandas as pd
 
 from autotune.core.cases import get_case
-from autotune.core.files import save_figure, together, whole_csv_text, write_atomic
+from autotune.core.files import (
+    atomic_path,
+    save_figure,
+    together,
+    whole_csv_text,
+    write_atomic,
+)
 from autotune.core.outcome import HOST_HEADROOM, paced_by
 from autotune.search import trials
 from autotune.tools.floors import CEILINGS, floor_of
@@ -630,7 +636,8 @@ def efficiency_markdown(paths: list[str], out: Path) -> list[str]:
         folder = Path(path).resolve().parent.name
         name = f"efficiency_{head['profile']}_{head['case']}_{folder}.png"
         if png.is_file():
-            shutil.copyfile(png, out / name)
+            with atomic_path(out / name) as tmp:  # replaced with the rest of the report
+                shutil.copyfile(png, tmp)
         lines += [
             f"### Case {head['case']} ({head['profile']}"
             + (", emulated" if head.get("emulated") else "")

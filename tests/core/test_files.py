@@ -209,3 +209,15 @@ def test_a_rename_that_fails_part_way_through_a_set_leaves_no_temporaries(
         write_atomic(a, "a")
         write_atomic(b, "b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.md"]
+
+
+def test_a_write_after_the_set_ended_in_a_copied_context_is_renamed_at_once(
+    tmp_path: Path,
+) -> None:
+    import contextvars
+
+    with together():  # an asyncio task made here copies the context and may write later
+        later = contextvars.copy_context()
+    later.run(write_atomic, tmp_path / "late.md", "late")
+    assert (tmp_path / "late.md").read_text() == "late"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.md"]
