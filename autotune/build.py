@@ -16,11 +16,13 @@ from __future__ import annotations
 import operator
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from autotune import backends
 from autotune.backends import MASK_GENERAL, MASK_NONE, MASK_RIGHT_PADDED, AttentionCall
@@ -184,6 +186,25 @@ class _LayerWeights:
 _VERSION = operator.attrgetter("_version")
 
 
+# Candidates whose derived weights copy parameters: an optimizer step over one of those
+# parameters makes the copies stale.
+_COPYING: weakref.WeakSet[CandidateTransformer] = weakref.WeakSet()
+
+
+def _after_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    """A global ``torch.optim`` step post-hook: candidates that copy a parameter the step
+    updated remake their derived weights on their next call."""
+    if not _COPYING:
+        return
+    stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for cand in list(_COPYING):
+        if not cand._copied_ids.isdisjoint(stepped):
+            cand.refresh()
+
+
+register_optimizer_step_post_hook(_after_optimizer_step)
+
+
 def _set(module: torch.nn.Module, name: str, value: Any) -> None:
     """A plain attribute (no tensor, no module) set without nn.Module's registry checks:
     the per-call bookkeeping costs a few microseconds each through ``__setattr__``."""
@@ -194,12 +215,14 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     """The reference's parameters with a forward that follows a plan.
 
     Derived weights (packed QKV, fp16 copies, fused-layer copies) and captured graphs are
-    made once per parameter version: ``load_state_dict`` and ``.to()``/``.cuda()`` bump
-    it, and so does an in-place edit of a parameter a derived tensor copies (each call
-    sums those parameters' autograd version counters, ~60 ns a parameter on a slow host:
-    an optimizer step or a ``copy_`` under ``no_grad`` is seen; the parameters read where
-    they are need no check). Edits the counters miss (through ``.data``, or of inference
-    tensors) call ``refresh()``; ``watch_edits = False`` skips the check.
+    made once per parameter version: ``load_state_dict``, ``.to()``/``.cuda()`` and a
+    ``torch.optim`` step over a parameter a derived tensor copies bump it (a global
+    optimizer hook: no cost a call); other in-place edits call ``refresh()``. With
+    ``watch_edits`` on, each call also sums the copied parameters' autograd version
+    counters, so that any in-place edit is seen (``copy_`` under ``no_grad`` included; not
+    edits through ``.data`` or of inference tensors): 3-8 us of host time a call on an
+    H100's host for 48 parameters (scripts/watch_edits_ab.py), so it is off by default.
+    The parameters read where they are need neither.
 
     Captured graphs replay on buffers this object owns: a lock makes a call's staging,
     replay and output hand-off one step, so threads sharing a module take turns there (on
@@ -208,8 +231,14 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     """
 
     # The graph path's lock (staging inputs, capturing and replaying: one step a call; and
-    # remaking derived weights); per thread, the last forward's guard decisions.
-    FRESH = (("_graph_lock", threading.Lock), ("_per_thread", threading.local))
+    # remaking derived weights); per thread, the last forward's guard decisions; and no
+    # derived weights (a copy remakes its own, and watches its own parameters).
+    FRESH = (
+        ("_graph_lock", threading.Lock),
+        ("_per_thread", threading.local),
+        ("_weights", lambda: None),
+        ("_copied_ids", frozenset),
+    )
 
     def __init__(self, config: TransformerConfig, plan: Plan, device: DeviceInfo) -> None:
         super().__init__(config)
@@ -226,6 +255,7 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         # _weights were made (watch_edits False: none watched).
         self._watched: list[Tensor] = []
         self._watched_sum = 0
+        self._copied_ids: frozenset[int] = frozenset()  # of every copied parameter
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
         self._streams: list[torch.cuda.Stream] | None = None  # batch_streams > 1
         self._block: Any = None  # fused-block weights (views of the parameters)
@@ -254,9 +284,9 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     # is dropped (its memory pool with it) and captured again if its shape returns.
     MAX_GRAPH_SHAPES = 16
 
-    # False: the parameters are taken as frozen once loaded (as torch.compile's freezing
-    # does): an in-place edit is seen only through refresh(), and no call reads a counter.
-    watch_edits = True
+    # True: every call reads the copied parameters' version counters (any in-place edit
+    # seen); False: only optimizer steps, load_state_dict, .to() and refresh() are.
+    watch_edits = False
 
     # False: outputs of a compile mode that captures graphs are handed out as Inductor
     # returns them (overwritten by the next call), as ``torch.compile(model)`` does.
@@ -311,8 +341,11 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
                 if self._stale():
                     with torch.no_grad():
                         weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
-                    watched = self._copied_parameters(weights) if self.watch_edits else []
+                    copied = self._copied_parameters(weights)
+                    watched = copied if self.watch_edits else []
                     total = sum(map(_VERSION, watched))  # before any later edit: remade then
+                    self._copied_ids = frozenset(map(id, copied))
+                    _COPYING.add(self)  # optimizer steps over these parameters refresh it
                     self._block = None
                     self._graphs.clear()  # graphs read derived weights of their version
                     # The weights first: a thread that sees the new sum reads them after.

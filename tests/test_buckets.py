@@ -390,7 +390,7 @@ def test_an_in_place_edit_is_served_with_the_new_weights_and_refresh_gates_again
     x, mask = generate_random_case(
         shape_grid("12 x 40", select_cases("smoke-1"))[0].config, "cpu", seed=5, padding_ratio=0.3
     )
-    model = DispatchedTransformer(config, table=path, gate_unseen=True)
+    model = DispatchedTransformer(config, table=path, gate_unseen=True, watch_edits=True)
     model.load_state_dict(ref.state_dict())
     with serving(), pytest.warns(UserWarning, match=r"one-time gate of plan \w+ passed"):
         model(x, mask)

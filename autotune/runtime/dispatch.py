@@ -205,11 +205,12 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         *,
         gate_unseen: bool = False,
         gate_cache: str | Path | None = None,
-        watch_edits: bool = True,
+        watch_edits: bool = False,
     ) -> None:
         super().__init__(config)
-        # False: parameters frozen once loaded; in-place edits need refresh() (no call
-        # reads the version counters of the parameters a plan copies).
+        # True: each call reads the version counters of the parameters a plan copies, so
+        # any in-place edit is seen (3-8 us of host time a call); False: optimizer steps,
+        # load_state_dict and .to() are seen, other in-place edits need refresh().
         self.watch_edits = watch_edits
         self._make_fresh()
         self.table: DispatchTable | None = load_table(table) if table is not None else None

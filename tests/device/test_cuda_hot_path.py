@@ -139,9 +139,10 @@ def test_a_fused_layer_graph_stores_into_the_ring_buffer_without_a_copy():
     ids=["packed", "fused-rows-fp16"],
 )
 def test_an_in_place_edit_after_capture_is_served_without_refresh(plan: Plan) -> None:
-    """A captured graph reads the plan's derived weights: after an optimizer-style edit of
-    a parameter in place, the next call remakes them and captures again."""
+    """A captured graph reads the plan's derived weights: with ``watch_edits`` on, after an
+    edit of a parameter in place, the next call remakes them and captures again."""
     ref, cand = _pair(plan)
+    cand.watch_edits = True
     x, mask = _inputs(7)
     with serving():
         for _ in range(3):
