@@ -312,6 +312,8 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     def _stale(self) -> bool:
         if self._weights is None or self._weights_version != self._param_version:
             return True
+        if not self._watched:  # watch_edits off (the default): two comparisons a call
+            return False
         try:  # counters only grow: their sum moves if any one does
             return sum(map(_VERSION, self._watched)) != self._watched_sum
         except RuntimeError:  # a watched tensor is now an inference tensor (a copy made
