@@ -41,7 +41,7 @@ from typing import Any
 
 import optuna
 
-from autotune.core.files import save_figure, together, write_atomic
+from autotune.core.files import save_figure, together, unwritable_folder, write_atomic
 from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.plan import Plan
 from autotune.search.space import SearchSpace
@@ -519,8 +519,39 @@ class EfficiencyOptions:
         bad = [s for s in self.samplers if s not in SAMPLERS or s == "grid"]
         if bad:
             raise ValueError(f"unknown sampler(s) {bad}; valid: tpe, gp, nsga2, random")
+        if not self.samplers or len(set(self.samplers)) != len(self.samplers):
+            raise ValueError(
+                f"--samplers {','.join(self.samplers)!r}: give each sampler once, such as "
+                "tpe,gp,nsga2,random"
+            )
         if self.seeds < 1:
             raise ValueError(f"--seeds must be at least 1, got {self.seeds}")
+        for flag, value in (("--trials", self.trials), ("--warm-k", self.warm_k)):
+            if value is not None and value < 1:
+                raise ValueError(f"{flag} must be at least 1, got {value}")
+        for flag, seconds in (("--timeout", self.timeout), ("--trial-timeout", self.trial_timeout)):
+            if seconds is not None and not 0 < seconds < math.inf:
+                raise ValueError(f"{flag} takes seconds above 0, got {seconds}")
+        if self.replay and self.measure_only:
+            raise ValueError(
+                "--replay replays a complete cache and --measure-only only fills it; give one"
+            )
+        cache = Path(self.cache)
+        if cache.is_dir():
+            raise ValueError(f"--cache {self.cache} is a folder; give a JSON file path")
+        if self.replay and not cache.is_file():
+            raise ValueError(
+                f"--replay needs the measurement cache {self.cache!r}, which does not exist; "
+                "measure on the device first"
+            )
+        if not self.replay:
+            blocked = unwritable_folder(cache.absolute().parent)
+            if blocked is not None:
+                raise ValueError(f"--cache {self.cache}: {blocked} is not a writable directory")
+        if self.warm_from is not None and not Path(self.warm_from).is_file():
+            raise ValueError(
+                f"--warm-from {self.warm_from!r} does not exist; give another case's --cache file"
+            )
         if self.budget_measured is not None:
             if self.budget_measured < 1:
                 raise ValueError(
@@ -581,6 +612,11 @@ def run_efficiency(
                 f"and lacks {len(missing)} plan(s); measure on the device first"
             )
         capacity = header.get("capacity_bytes")
+        if header.get("case_key") not in (None, str(case.key)):
+            raise ValueError(
+                f"--replay: {str(cache)!r} holds case {header.get('case')!r}'s measurements "
+                f"({header.get('case_key')}), not case {case.id!r}'s; give its own --case"
+            )
     else:
         capacity = selection.capacity_bytes
         header = {
@@ -612,8 +648,8 @@ def run_efficiency(
     best = exhaustive_best(measured, capacity)
     exhaustive_s = sum(m.seconds for m in measured.values())
     emit(
-        f"exhaustive: {size} plans, {exhaustive_s:.0f} s; best {1 / best.latency:.2f}x "
-        f"({Plan.from_dict(best.plan).describe()})"
+        f"exhaustive: {size} plans, {exhaustive_s:.0f} s; best {1 / best.latency:.2f}x over "
+        f"the median of the plans' reference times ({Plan.from_dict(best.plan).describe()})"
     )
     trials = options.trials or size
     budget = options.budget_measured

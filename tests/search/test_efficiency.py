@@ -128,6 +128,25 @@ def test_efficiency_cli_end_to_end_on_the_cpu(tmp_path, capsys) -> None:
     record = json.loads((out / "efficiency.json").read_text())
     assert record["space_size"] == 4 and {r["sampler"] for r in record["rows"]} == {"tpe", "random"}
     assert any(r["warm start"] for r in record["rows"])
+    before = cache.read_text()
+    for bad, why in (
+        ("--trial-timeout 0", "--trial-timeout takes seconds above 0, got 0.0"),
+        ("--timeout -1", "--timeout takes seconds above 0"),
+        ("--trials 0", "--trials must be at least 1"),
+        ("--warm-k -2", "--warm-k must be at least 1"),
+        ("--samplers tpe,tpe", "give each sampler once"),
+        ("--samplers ''", "give each sampler once"),
+        ("--replay --measure-only", "give one"),
+        (f"--cache {tmp_path}", "is a folder; give a JSON file path"),
+        ("--warm-from /no/cache.json", "--warm-from '/no/cache.json' does not exist"),
+    ):
+        assert cli(base.replace(" --samplers tpe,random", "") + " " + bad) == 2, bad
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1, (bad, err)
+    other = base.replace("smoke-1", "smoke-3") + " --replay"
+    assert cli(other) == 2
+    assert "holds case 'smoke-1''s measurements" in capsys.readouterr().err
+    assert cache.read_text() == before  # nothing measured, nothing written
     assert (out / "efficiency.png").read_bytes()[:4] == b"\x89PNG"
     assert cli(base.replace("tpe,random", "tpe,annealing")) == 2
     assert "unknown sampler" in capsys.readouterr().err
