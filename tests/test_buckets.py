@@ -475,6 +475,14 @@ def test_export_and_buckets_commands_check_their_input(tmp_path, capsys) -> None
     assert main(["buckets", "--table", str(cpu), "--gpu", "cpu", "--out", str(mine)]) == 2
     assert "is not an autotune table" in capsys.readouterr().err
     assert mine.read_text() == "print('mine')\n" and cpu.read_text().endswith("fleet\n")
+    # unseen appends to its own CSV only: a file with another header is left as it was
+    foreign = tmp_path / "bench.csv"
+    foreign.write_text("case,verdict,table_hash\n2,PASS,abc\n")
+    cpu.write_text(cpu.read_text().replace("# canary fleet\n", ""))
+    argv = ["unseen", "--table", str(cpu), "--gpu", "cpu", "--count", "1", "--csv", str(foreign)]
+    assert main(argv) == 2
+    assert "is not a CSV that 'autotune unseen --csv' writes" in capsys.readouterr().err
+    assert foreign.read_text() == "case,verdict,table_hash\n2,PASS,abc\n"
     # unseen serves the table here too: another profile's table, or no shapes, is bad input
     assert main(["unseen", "--table", str(path), "--gpu", "cpu", "--count", "2"]) == 2
     assert "is a table for profile 'h200', not 'cpu'; pass --gpu h200" in capsys.readouterr().err

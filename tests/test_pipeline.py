@@ -281,7 +281,7 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         (["study", "--gpu", "tpu"], "unknown GPU profile 'tpu'"),
         (["study", "--gpu", "cpu", "--sampler", "magic"], "unknown sampler 'magic'"),
         (["study", "--gpu", "cpu", "--cases", "99"], "unknown case '99'"),
-        (["study", "--gpu", "cpu", "--cases", " "], "--cases '' selects no case"),
+        (["study", "--gpu", "cpu", "--cases", " "], "--cases ' ' selects no case"),
         (["study", "--gpu", "cpu", "--timeout", "-1"], "--timeout takes seconds above 0, got -1"),
         (["study", "--gpu", "cpu", "--trial-timeout", "0"], "--trial-timeout takes seconds"),
         (["study", "--gpu", "h200"], "needs a CUDA GPU"),
@@ -326,11 +326,66 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         (["conformance", "/no/vector.pt"], "golden vector '/no/vector.pt' is not a file"),
         (["conformance", "pyproject.toml"], "cannot read golden vector 'pyproject.toml'"),
         (["export", "--gpu", "cpu", "--finalists", "0"], "--finalists 0: give 1 or more"),
+        (["floors", "--fp16-tflops", "0"], "--fp16-tflops 0: give the hardware's rate"),
+        (["floors", "--tb-per-s", "nan"], "--tb-per-s nan: give the hardware's rate"),
+        (["floors", "--bench", "/no/bench.csv"], "--bench '/no/bench.csv' is not a file"),
+        (["floors", "--bench", "pyproject.toml"], "is not a CSV that 'autotune bench --csv'"),
+        (["cases", "--cases", ""], "--cases '' selects no case"),
+        (["validate", "--table", "tables/h200.py", "--cases", " "], "--cases ' ' selects no"),
+        (["validate", "--table", "tables", "--gpu", "cpu"], "'tables' is a folder"),
+        (
+            ["validate", "--table", "tables/h200.py", "--gpu", "cpu", "--cases", "smoke-2"],
+            "--cases 'smoke-2' names no entry of tables/h200.py (its entries: cases 1, 2, 3",
+        ),
+        (
+            [
+                "unseen",
+                "--table",
+                "tables/h200.py",
+                "--gpu",
+                "cpu",
+                "--tuned",
+                "--storage",
+                "sqlite:////no/such.db",
+            ],
+            "storage 'sqlite:////no/such.db' does not exist",
+        ),
+        (
+            ["plot", "--gpu", "cpu", "--storage", "sqlite:///x.db", "--table", "/no/t.py"],
+            "does not exist",
+        ),
     ],
 )
 def test_bad_input_gets_a_clear_error_and_exit_2(argv, message, capsys) -> None:
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_kernel_checks_without_a_gpu_or_the_interpreter_are_refused(monkeypatch, capsys):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["kernels", "check", "--match", "mantissa"]) == 2
+    assert "TRITON_INTERPRET=1 autotune kernels check" in capsys.readouterr().err
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly(monkeypatch, capsys) -> None:
+    from autotune.cli import info
+
+    def closed(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(info, "cmd_cases", closed)
+    monkeypatch.setattr(os, "dup2", lambda fd, fd2: None)  # pytest's captured stdout stays
+    assert main(["cases"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_a_case_group_joins_a_list_of_ids() -> None:
+    from autotune.core.cases import select_cases
+
+    assert [c.id for c in select_cases("smoke-1,smoke")][:2] == ["smoke-1", "smoke-2"]
+    assert len(select_cases("smoke-1,smoke")) == len(select_cases("smoke"))
+    assert len(select_cases("all,smoke")) == 19
 
 
 def test_a_usage_error_is_one_line_naming_the_value_and_where_help_is(capsys) -> None:

@@ -114,6 +114,16 @@ def chunk_pair(text: str, flag: str) -> tuple[int, int]:
     return q, k
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """What every command refuses before it runs: an empty case spec (which would
+    otherwise mean the command's default cases), and outputs it could not write."""
+    for flag in ("cases", "case"):
+        value = getattr(args, flag, None)
+        if isinstance(value, str) and not value.strip():
+            raise CliError(f"--{flag} {value!r} selects no case; try 'smoke', '1-13' or 'all'")
+    check_outputs(args)
+
+
 def check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before a command measures anything, an output it could not write: ``--json``
     and ``--csv`` are files, ``--out`` a file or (``out_is="dir"`` in the parser's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from autotune.cli.common import DEFAULT_GOLDEN, CliError, chunk_pair, default_vectors
@@ -79,7 +80,17 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def cmd_kernels_check(args: argparse.Namespace) -> int:
+    import os
+
+    import torch
+
     from autotune.backends import kernel_checks
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        raise CliError(
+            "the kernels compile for a CUDA GPU and there is none here: run the checks "
+            "through Triton's interpreter on the CPU, TRITON_INTERPRET=1 autotune kernels check"
+        )
 
     passed = failed = 0
     for check in kernel_checks(match=args.match or ""):
@@ -137,6 +148,16 @@ def cmd_floors(args: argparse.Namespace) -> int:
 
     if args.launches_per_layer < 1:
         raise ValueError(f"--launches-per-layer must be at least 1, got {args.launches_per_layer}")
+    for flag in ("fp16_tflops", "tf32_tflops", "tb_per_s", "launch_us"):
+        value = getattr(args, flag)
+        if value is not None and not 0 < value < math.inf:
+            name = "--" + flag.replace("_", "-")
+            raise ValueError(f"{name} {value:g}: give the hardware's rate, a number above 0")
+    if args.bench:
+        bench = Path(args.bench)
+        if not bench.is_file():
+            raise ValueError(f"--bench {args.bench!r} is not a file; give an 'autotune bench "
+                             "--hot-path --csv' file")  # fmt: skip
     ceilings = ceilings_for(
         args.gpu,
         {

@@ -96,7 +96,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "memory to its own: emulated); repeatable, the oracle runs once per seed for all",
     )
     p.add_argument("--seeds", type=int, default=5, help="official seeds to verify (1..5)")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--device", default="auto", choices=("cpu", "cuda", "auto"))
     p.add_argument("--oracle-chunks", default="1024,4096", help="oracle QUERY,KEY chunk sizes")
     p.add_argument("--force", action="store_true", help="run even where the dense reference fits")
     p.add_argument(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import shlex
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from autotune.cli import info, long, results, ship, tune
-from autotune.cli.common import CliError, check_outputs
+from autotune.cli.common import CliError, check_args
 from autotune.search import interrupt
 
 GROUPS = (info, tune, ship, results, long)
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     with interrupt.early_signals():
         try:
-            check_outputs(args)
+            check_args(args)
             return int(args.func(args) or 0)
         except KeyboardInterrupt as exc:
             return _interrupted(args, getattr(exc, "kept", None))
@@ -65,7 +66,13 @@ def _interrupted(args: argparse.Namespace, kept: int | None) -> int:
 
 
 def _error_exit(args: argparse.Namespace, exc: Exception) -> int:
-    """A user error, a full disk or a storage failure: one line, exit 2; a bug raises."""
+    """A user error, a full disk or a storage failure: one line, exit 2; a bug raises. A
+    reader that closed the pipe (``autotune cases | head -1``) ends it quietly, with the
+    status of a process SIGPIPE ended (141), as other command-line tools do."""
+    if isinstance(exc, BrokenPipeError):
+        with contextlib.suppress(OSError):  # no later flush to the closed pipe at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     if isinstance(exc, (CliError, ValueError, RuntimeError, OSError)):
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -53,7 +53,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from autotune.core.cases import select_cases
+    from autotune.core.cases import case_sort_key, select_cases
     from autotune.core.reference import ACCURACY_SEEDS
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.runtime import load_table
@@ -69,6 +69,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         raise CliError(f"--out {args.out!r} is the table validated: write a new file")
     chosen = selection(args)
     cases = {c.id for c in select_cases(args.cases)} if args.cases else None
+    held = sorted({str(e.get("case")) for e in table.entries.values()}, key=case_sort_key)
+    if cases is not None and not cases & set(held):
+        raise CliError(
+            f"--cases {args.cases!r} names no entry of {table.source} (its entries: cases "
+            f"{', '.join(held) or 'none'}); give one of them, or leave --cases out"
+        )
     result = validate_table(
         table,
         chosen,
@@ -144,10 +150,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _table_or_none(path: str | None, profile: str):  # type: ignore[no-untyped-def]
+    """The table given (it must exist, and be ``profile``'s), else ``tables/PROFILE.py``
+    where there is one, else None."""
     from autotune.runtime import load_table
 
     table_path = Path(path or f"tables/{profile}.py")
-    return load_table(table_path) if table_path.is_file() else None, table_path
+    if path is None and not table_path.is_file():
+        return None, table_path
+    table = load_table(table_path)  # one that is missing or no table: one line, exit 2
+    check_table_profile(table, profile)
+    return table, table_path
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -257,6 +269,8 @@ def cmd_unseen(args: argparse.Namespace) -> int:
     chosen = selection(args)
     base = get_case(args.case)
     batch, seq = _span(args.batch, "batch"), _span(args.seq, "seq")
+    if args.tuned:
+        open_storage(args.storage)  # refuses one that does not exist, not creating it
     from autotune.runtime import load_table
 
     table = load_table(args.table)

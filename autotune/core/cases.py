@@ -223,14 +223,9 @@ def select_cases(spec: str) -> list[Case]:
     list of case ids only is cases (``1,5,6,9,10,11``); a shape whose six numbers are all
     case ids is written with its kind (``1,8,8,2,8,2,causal``)."""
     spec = spec.strip()
-    if spec == "all":
-        return list(OFFICIAL_CASES)
-    if spec == "official":
-        return list(OFFICIAL_CASES)
-    if spec == "smoke":
-        return list(SMOKE_CASES)
+    groups = {"all": OFFICIAL_CASES, "official": OFFICIAL_CASES, "smoke": SMOKE_CASES}
     tokens = [t.strip() for t in spec.split(",")]
-    only_ids = all(t in _REGISTRY for t in tokens)  # "1,5,6,9,10,11": six cases, not a shape
+    only_ids = all(t in _REGISTRY or t in groups for t in tokens)  # "1,5,6,9": cases
     if ";" in spec or (_CUSTOM.match(spec) and not only_ids):
         return [parse_custom(part) for part in spec.split(";") if part.strip()]
     _refuse_malformed_shape(spec)
@@ -239,7 +234,9 @@ def select_cases(spec: str) -> list[Case]:
         if not token:
             continue
         ids: Iterable[str] = [token]
-        if re.fullmatch(r"\d+-\d+", token):
+        if token in groups:  # "smoke-1,smoke", "all,smoke"
+            ids = [c.id for c in groups[token]]
+        elif re.fullmatch(r"\d+-\d+", token):
             ids = _expand_range(token)
         for case_id in ids:
             case = get_case(case_id)

@@ -67,7 +67,10 @@ def detect_device(kind: str = "auto", index: int | None = None) -> DeviceInfo:
     if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
         return DeviceInfo("cpu", cpu_name(), None, host_memory())
     if not torch.cuda.is_available():
-        raise ValueError("a CUDA device was asked for, but torch sees none; use --gpu cpu")
+        raise ValueError(
+            "a CUDA device was asked for, but torch sees none; run on the CPU (--gpu cpu, "
+            "or --device cpu for 'autotune long')"
+        )
     props = torch.cuda.get_device_properties(
         torch.cuda.current_device() if index is None else index
     )

@@ -157,6 +157,11 @@ def load_table(
         return table
     if isinstance(table, (str, Path)):
         path = Path(table)
+        if path.is_dir():
+            raise ValueError(
+                f"table {str(path)!r} is a folder; give a table file such as "
+                f"{str(path / 'h200.py')!r}"
+            )
         if not path.is_file():
             raise ValueError(
                 f"table file {str(path)!r} does not exist; make one with "

@@ -314,6 +314,10 @@ def load_space_file(path: str | Path) -> SearchSpace:
 
 
 def _load_space_file(path: Path) -> SearchSpace:
+    if path.is_dir():
+        raise ValueError(
+            f"search space {str(path)!r} is a folder; give a file such as search_spaces/cpu.py"
+        )
     if not path.is_file():
         raise ValueError(f"search space file {str(path)!r} does not exist")
     if path.suffix == ".json":

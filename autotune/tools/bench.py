@@ -366,7 +366,14 @@ def read_csv(path: str | Path) -> list[BenchRow]:
         return []
     from autotune.core.files import csv_rows
 
-    rows = []
+    with path.open(newline="") as fh:
+        header = next(csv.reader(fh), [])
+    missing = [f for f in ("case", "verdict", "table_hash") if f not in header]
+    if missing and path.stat().st_size:
+        raise ValueError(
+            f"{str(path)!r} is not a CSV that 'autotune bench --csv' writes (no "
+            f"{', '.join(missing)} column); give one it wrote"
+        )
     found, torn = csv_rows(path)
     if torn:
         warnings.warn(
@@ -374,15 +381,7 @@ def read_csv(path: str | Path) -> list[BenchRow]:
             "cases run again",
             stacklevel=2,
         )
-    for data in found:
-        missing = [f for f in ("case", "verdict", "table_hash") if f not in data]
-        if missing:
-            raise ValueError(
-                f"{str(path)!r} is not a CSV that 'autotune bench --csv' writes (no "
-                f"{', '.join(missing)} column); give one it wrote"
-            )
-        rows.append(_row_from_csv(data))
-    return rows
+    return [_row_from_csv(data) for data in found]
 
 
 def _csv_text(row: BenchRow | None) -> str:

@@ -136,6 +136,12 @@ def inspect_plan(
         kind = MASK_NONE if mask is None else MASK_GENERAL
         with torch.no_grad(), sass.offline_launches(arch, overrides) as stats:
             candidate._forward_core(x, mask, kind, candidate.prepared_weights())
+        if not stats:
+            raise ValueError(
+                f"plan {plan.describe()!r} launches none of the project's Triton kernels on "
+                f"case {case.id} (its kernels are PyTorch's and the libraries'): nothing to "
+                "inspect; give a plan with attention=triton, a Triton layernorm or a fused layer"
+            )
         return stats
     reference = build_reference(case.config, "cpu")
     model = types.SimpleNamespace(

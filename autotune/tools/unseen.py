@@ -282,7 +282,14 @@ def run_unseen(
     shapes = draw_shapes(base, count, batch, seq, seed, set(table.entries))
     tuned = tuned_plans(storage_url, profile)
     rows: list[dict[str, Any]] = []  # this table's rows of these shapes, measured before
-    if csv_path is not None and csv_path.is_file():
+    if csv_path is not None and csv_path.is_file() and csv_path.stat().st_size:
+        with csv_path.open(newline="") as fh:
+            header = next(csv.reader(fh), [])
+        if header != list(COLUMNS):  # appending would mix its rows into another file
+            raise ValueError(
+                f"--csv {csv_path} is not a CSV that 'autotune unseen --csv' writes (its "
+                f"header is {','.join(header)[:80]!r}); give another --csv"
+            )
         found, torn = csv_rows(csv_path)
         if torn:
             emit(f"{csv_path}: {torn} row(s) cut short (a run killed mid-write) left out")
