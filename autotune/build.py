@@ -341,11 +341,13 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         if self._stale():
             with self._graph_lock:  # one thread remakes them; no replay meanwhile
                 if self._stale():
+                    # The counters as the copies are made (an edit from here on: remade)
+                    before = {id(p): p._version for p in self.parameters() if not p.is_inference()}
                     with torch.no_grad():
                         weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
                     copied = self._copied_parameters(weights)
                     watched = copied if self.watch_edits else []
-                    total = sum(map(_VERSION, watched))  # before any later edit: remade then
+                    total = sum(before.get(id(t), -1) for t in watched)
                     self._copied_ids = frozenset(map(id, copied))
                     _COPYING.add(self)  # optimizer steps over these parameters refresh it
                     self._block = None
