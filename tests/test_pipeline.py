@@ -352,7 +352,7 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         ),
         (
             ["plot", "--gpu", "cpu", "--storage", "sqlite:///x.db", "--table", "/no/t.py"],
-            "does not exist",
+            "table file '/no/t.py' does not exist",
         ),
     ],
 )

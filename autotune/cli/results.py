@@ -165,6 +165,7 @@ def _table_or_none(path: str | None, profile: str):  # type: ignore[no-untyped-d
 def cmd_plot(args: argparse.Namespace) -> int:
     from autotune.tools.report import plot_studies, profile_studies, table_winners
 
+    table, _ = _table_or_none(args.table, args.gpu)  # a bad --table before any reading
     studies = profile_studies(open_storage(args.storage), args.gpu, args.case)
     if not studies:
         raise ValueError(
@@ -172,7 +173,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
             + (f" and case {args.case!r}" if args.case else "")
             + f" in {args.storage}"
         )
-    table, _ = _table_or_none(args.table, args.gpu)
     out = args.out or f"docs/results/{args.gpu}/pareto.png"
     out = plot_studies(studies, out, table_winners(table))
     print(f"wrote {out} ({len(studies)} studies)")
