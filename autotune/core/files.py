@@ -213,6 +213,14 @@ def save_figure(fig: object, path: str | Path, dpi: int = 110) -> Path:
     return path
 
 
+def csv_header(path: str | Path) -> list[str]:
+    """A CSV's column names (none for an empty file)."""
+    import csv
+
+    with Path(path).open(newline="") as fh:
+        return next(csv.reader(fh), [])
+
+
 def whole_csv_text(path: str | Path) -> tuple[str, int]:
     """A CSV's text without the rows whose field count differs from the header's (cut
     short by a kill, or hand edits), and how many were left out: for readers that parse

@@ -364,11 +364,9 @@ def read_csv(path: str | Path) -> list[BenchRow]:
     path = Path(path)
     if not path.is_file():
         return []
-    from autotune.core.files import csv_rows
+    from autotune.core.files import csv_header, csv_rows
 
-    with path.open(newline="") as fh:
-        header = next(csv.reader(fh), [])
-    missing = [f for f in ("case", "verdict", "table_hash") if f not in header]
+    missing = [f for f in ("case", "verdict", "table_hash") if f not in csv_header(path)]
     if missing and path.stat().st_size:
         raise ValueError(
             f"{str(path)!r} is not a CSV that 'autotune bench --csv' writes (no "

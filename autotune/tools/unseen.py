@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.cases import Case, CaseKey
-from autotune.core.files import csv_rows
+from autotune.core.files import csv_header, csv_rows
 
 COLUMNS = (
     "batch",
@@ -283,8 +283,7 @@ def run_unseen(
     tuned = tuned_plans(storage_url, profile)
     rows: list[dict[str, Any]] = []  # this table's rows of these shapes, measured before
     if csv_path is not None and csv_path.is_file() and csv_path.stat().st_size:
-        with csv_path.open(newline="") as fh:
-            header = next(csv.reader(fh), [])
+        header = csv_header(csv_path)
         if header != list(COLUMNS):  # appending would mix its rows into another file
             raise ValueError(
                 f"--csv {csv_path} is not a CSV that 'autotune unseen --csv' writes (its "
