@@ -343,8 +343,12 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
                 if self._stale():
                     # The counters as the copies are made (an edit from here on: remade)
                     before = {id(p): p._version for p in self.parameters() if not p.is_inference()}
-                    with torch.no_grad():
-                        weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
+                    # A fused layer family reads its own packed copies (self._block), none
+                    # of these: making them would only hold a second copy of the weights.
+                    weights = []
+                    if not self._layer_backend.fused:
+                        with torch.no_grad():
+                            weights = [_LayerWeights(layer, self.plan) for layer in self.layers]
                     copied = self._copied_parameters(weights)
                     watched = copied if self.watch_edits else []
                     total = sum(before.get(id(t), -1) for t in watched)

@@ -638,6 +638,41 @@ def test_a_graph_is_never_captured_on_weights_another_thread_replaced(
             assert check_outputs(y, ref(x)).passed
 
 
+def test_a_fused_layer_plan_holds_one_copy_of_the_weights_and_remakes_it_after_a_step(
+    cpu_device, monkeypatch
+) -> None:
+    """The fused layers read their own packed, cast copies: the per-layer path's copies
+    (fp16 matrices, packed QKV) are never made for them, and an optimizer step over a
+    copied parameter still remakes the fused copies."""
+    import autotune.build as build
+
+    made = []
+    original = build._LayerWeights.__init__
+
+    def counting(self, layer, plan):
+        made.append(1)
+        original(self, layer, plan)
+
+    monkeypatch.setattr(build._LayerWeights, "__init__", counting)
+    cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
+    torch.manual_seed(2)
+    ref = ReferenceTransformer(cfg).eval()
+    plan = DEVICE_MASK_PLANS["fused-layer-rows"].replace(gemm_precision="fp16")
+    cand = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 8, 16)
+    with torch.inference_mode():
+        assert check_outputs(cand(x), ref(x)).passed
+    assert made == [] and cand.prepared_weights() == []
+    opt = torch.optim.SGD(cand.parameters(), lr=0.5)
+    weight = cand.layers[1].ffn_in.weight  # in the fused layers' fp16 copy
+    weight.grad = torch.full_like(weight, 0.05)
+    opt.step()
+    with torch.inference_mode():
+        ref.load_state_dict(cand.state_dict())
+        assert check_outputs(cand(x), ref(x)).passed
+    assert made == []
+
+
 def test_an_edit_by_hand_is_seen_by_refresh_or_by_watching_the_counters(cpu_device) -> None:
     cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
     ref = ReferenceTransformer(cfg).eval()
