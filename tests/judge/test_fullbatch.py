@@ -41,12 +41,15 @@ def test_every_route_is_checked_on_the_whole_batch_of_every_seed(cpu_device) -> 
 def test_each_seed_times_the_second_whole_batch_forward(cpu_device, monkeypatch) -> None:
     """The official protocol excludes first runs: per seed and route, one untimed forward
     of the whole batch (library plans for the chunk's batch, the allocator's blocks), then
-    the timed one."""
-    import time
+    the timed one. The clock is the test's own: a first forward "takes" 100 s, the others
+    1 s, so the record shows which one was timed whatever the machine's load."""
+    import types
 
     import autotune.judge.fullbatch as longrun
 
     batches: list[int] = []
+    clock = [0.0]
+    monkeypatch.setattr(longrun, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     real = longrun.build_candidate
 
     def build(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -55,8 +58,8 @@ def test_each_seed_times_the_second_whole_batch_forward(cpu_device, monkeypatch)
 
         def counted(x, mask):  # type: ignore[no-untyped-def]
             batches.append(x.shape[0])
-            if batches.count(x.shape[0]) == 1 and x.shape[0] > 1:
-                time.sleep(0.5)  # the first whole-batch forward: slow, and not timed
+            first = batches.count(x.shape[0]) == 1 and x.shape[0] > 1
+            clock[0] += 100.0 if first else 1.0  # the first whole-batch forward: slow
             return forward(x, mask)
 
         object.__setattr__(model, "forward", counted)
@@ -73,7 +76,7 @@ def test_each_seed_times_the_second_whole_batch_forward(cpu_device, monkeypatch)
     )
     b = case.config.batch_size
     assert batches == [1, b, b, b, b]  # the one-sequence warm-up, then two per seed
-    assert rec.passed and all(s["wall_s"] < 0.4 for s in rec.seeds)
+    assert rec.passed and [s["wall_s"] for s in rec.seeds] == [1.0, 1.0]
 
 
 def test_scaled_inputs_reach_the_generator_and_the_record(cpu_device, monkeypatch) -> None:
