@@ -986,3 +986,29 @@ def test_a_signal_an_import_swallowed_still_ends_the_command(monkeypatch, capsys
     assert main(["cases"]) == 130
     assert ran == [] and "autotune cases: interrupted" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # put back after the command
+
+
+def test_a_signal_while_the_process_tears_down_keeps_the_commands_status(tmp_path) -> None:
+    """SIGTERM after the command ended (storages closing, libraries unloading: up to a
+    second) ends the process with the command's own status, not killed by the signal
+    (143, no line said). The signal is sent from an exit handler, inside the teardown."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import atexit, os, signal, sys, time
+        atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(5)))
+        from autotune.cli import main
+        sys.argv = ["autotune", "cases", "--cases", sys.argv[1]]
+        raise SystemExit(main())
+        """
+    )
+    for cases, status in (("smoke-1", 0), ("nope", 2)):
+        done = subprocess.run(
+            [sys.executable, "-c", script, cases], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == status, (cases, done.returncode, done.stderr[-500:])
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # in-process calls put it back

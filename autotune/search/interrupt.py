@@ -6,13 +6,16 @@ stopped at once (its runner child is killed, or, evaluated in this process, inte
 marked FAIL with the reason, and enqueued again so the same command measures it when it
 resumes; finished trials are kept. Runner children ignore SIGINT: the process
 that owns the trial decides. A second Ctrl-C interrupts immediately. SIGTERM (what
-``timeout``, ``kill`` and service managers send) is taken as Ctrl-C.
+``timeout``, ``kill`` and service managers send) is taken as Ctrl-C. One that comes after
+the command ended, while the process tears down, ends it with the command's own status.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -42,9 +45,11 @@ def _early(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def early_signals() -> Iterator[None]:
+def early_signals(restore: bool = True) -> Iterator[None]:
     """For a whole command (in the main thread): SIGINT and SIGTERM raise KeyboardInterrupt
-    and are remembered in ``EARLY`` where a swallowed one would be lost."""
+    and are remembered in ``EARLY`` where a swallowed one would be lost. ``restore``
+    False: the handlers are left for ``exit_on_signal`` to replace (the process's own
+    command, whose teardown follows)."""
     EARLY.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -53,8 +58,26 @@ def early_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        if restore:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def exit_on_signal(code: int) -> None:
+    """After the process's command ended with ``code``, for its teardown (storages closed,
+    libraries unloaded: up to a second): SIGINT or SIGTERM then ends the process at once
+    with that code, the command's work done and stored, rather than the default action
+    (killed, 143, no line said)."""
+
+    def finish(signum: int, frame: Any) -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in SIGNALS:
+            signal.signal(sig, finish)
 
 
 class InterruptGuard:
