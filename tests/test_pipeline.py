@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -517,6 +518,10 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_
         assert section in page, section
     for png in ("speedups.png", "pareto.png", "history.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Not measured on the CPU (peak memory): "-", never "nan" or "None" in a cell
+    bench_rows = page.split("## Bench (official protocol)")[1].split("\n\n")[2]
+    assert bench_rows.count("|") > 20 and "| -" in bench_rows
+    assert not re.search(r"\|\s*(nan|None)\s*(?=\|)", page), page
     assert cli(f"report --gpu cpu --storage {pipeline['db']} --notes /no/such.md --out {out}") == 2
 
 

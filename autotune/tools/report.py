@@ -61,9 +61,9 @@ def evaluation_markdown(path: str | Path) -> str:
     )
     parts = [
         "### Every evaluation\n",
-        frame.drop(columns="case_n").to_markdown(index=False, floatfmt=".3g"),
+        _markdown(frame.drop(columns="case_n")),
         "\n\n### Best passing plan per case\n",
-        best.drop(columns="case_n").to_markdown(index=False, floatfmt=".3g"),
+        _markdown(best.drop(columns="case_n")),
         "\n",
     ]
     return "\n".join(parts)
@@ -427,6 +427,13 @@ def time_goes_markdown(frame: pd.DataFrame, profile: str, target: float | None) 
     return lines
 
 
+def _markdown(frame: pd.DataFrame, index: bool = False, floatfmt: str = ".3g") -> str:
+    """A frame as a markdown table; a value not measured (NaN, None: a CPU run's peak
+    memory, an anchor that did not run) shows as "-", never as "nan" or "None"."""
+    shown = frame.astype(object).where(frame.notna(), None)
+    return shown.to_markdown(index=index, floatfmt=floatfmt, missingval="-")
+
+
 def _text_table(rows: list[dict]) -> str:
     """Rows of already formatted cells as a markdown table, every column right-aligned and
     no cell re-parsed as a number."""
@@ -647,7 +654,7 @@ def efficiency_markdown(paths: list[str], out: Path) -> list[str]:
             f"them all; exhaustive best {1 / best['latency']:.2f}x over the reference. "
             f"Command: `{record.get('command', '')}`.",
             "",
-            pd.DataFrame(record["rows"]).to_markdown(index=False, floatfmt=".3g"),
+            _markdown(pd.DataFrame(record["rows"])),
             "",
         ]
         if png.is_file():
@@ -733,7 +740,7 @@ def write_report(
                 else ""
             ),
             "",
-            shown.to_markdown(index=False, floatfmt=".3g"),
+            _markdown(shown),
             "",
         ]
         timed = frame[frame["speedup"].notna()]
@@ -817,7 +824,7 @@ def write_report(
             lines += [
                 "## Knob importances (Optuna's PED-ANOVA, relative latency; failures at 2)",
                 "",
-                imp.to_markdown(floatfmt=".2f"),
+                _markdown(imp, index=True, floatfmt=".2f"),
                 "",
             ]
         n = sum(len(s.get_trials(deepcopy=False)) for s in studies)
@@ -829,7 +836,7 @@ def write_report(
             "Wall time of the trials of each study (device time spent evaluating plans; "
             "process start-up and selection not included).",
             "",
-            cost.to_markdown(index=False, floatfmt=".3g"),
+            _markdown(cost),
             "",
             f"Total: {cost['trial seconds'].sum():.0f} s over {int(cost['trials'].sum())} trials.",
             "",
@@ -872,7 +879,7 @@ def buckets_markdown(table: Any) -> list[str]:
         "Each bucket's plan passed the gate (5 + 5 padded seeds) and beat the reference at "
         "the bucket's corners and centre on the device (`autotune buckets`).",
         "",
-        pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"),
+        _markdown(pd.DataFrame(rows)),
         "",
     ]
 
@@ -959,7 +966,7 @@ def unseen_markdown(csv_path: str | Path, out: Path, table: Any) -> list[str]:
         "",
         "![unseen](unseen.png)",
         "",
-        frame[[c for c in cols if c in frame]].to_markdown(index=False, floatfmt=".3g"),
+        _markdown(frame[[c for c in cols if c in frame]]),
         "",
     ]
 
