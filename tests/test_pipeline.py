@@ -481,7 +481,9 @@ def test_warm_start_seeds_a_new_study_with_other_studies_plans(pipeline, tmp_pat
     assert cli(f"study --gpu cpu --cases smoke-2 --storage {url} --warm-start nowhere") == 2
 
 
-def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_path) -> None:
+def test_report_has_bench_anchors_evidence_cost_figures_and_notes(
+    pipeline, tmp_path, capsys
+) -> None:
     csv = tmp_path / "bench.csv"
     assert (
         cli(
@@ -523,6 +525,8 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(pipeline, tmp_
     assert bench_rows.count("|") > 20 and "| -" in bench_rows
     assert not re.search(r"\|\s*(nan|None)\s*(?=\|)", page), page
     assert cli(f"report --gpu cpu --storage {pipeline['db']} --notes /no/such.md --out {out}") == 2
+    assert cli(f"report --gpu cpu --storage {pipeline['db']} --bench /no/b.csv --out {out}") == 2
+    assert "--bench '/no/b.csv' does not exist" in capsys.readouterr().err
 
 
 def _fast_bench(monkeypatch) -> None:
@@ -1017,3 +1021,19 @@ def test_a_signal_while_the_process_tears_down_keeps_the_commands_status(tmp_pat
         )
         assert done.returncode == status, (cases, done.returncode, done.stderr[-500:])
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # in-process calls put it back
+
+
+def test_the_study_line_names_the_file_a_relative_sqlite_url_resolves_to(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """sqlite:///tmp/x.db (three slashes, a common slip for /tmp/x.db) is a path relative
+    to the working folder: the first line says which file that is."""
+    from autotune.cli.common import storage_text
+
+    monkeypatch.chdir(tmp_path)
+    assert storage_text("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
+    assert storage_text("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert cli("study --gpu cpu --cases smoke-1 --n-trials 1 --storage sqlite:///tmp/x.db") == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert f"storage sqlite:///tmp/x.db (the file {tmp_path / 'tmp' / 'x.db'})" in first
+    assert (tmp_path / "tmp" / "x.db").is_file()

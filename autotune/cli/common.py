@@ -67,6 +67,15 @@ def sqlite_path(url: str) -> Path | None:
     return Path(rest) if rest and rest != ":memory:" else None
 
 
+def storage_text(url: str) -> str:
+    """The URL as given, and, for a relative sqlite path, the file it resolves to here
+    (``sqlite:///tmp/x.db`` is ./tmp/x.db, not /tmp/x.db: four slashes for that)."""
+    path = sqlite_path(url)
+    if path is None or path.is_absolute():
+        return url
+    return f"{url} (the file {path.resolve()})"
+
+
 def selection(args: argparse.Namespace) -> Any:
     from autotune.core.profiles import select_profile
 

@@ -195,6 +195,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--target {args.target:g} is not a speedup above 1; give e.g. --target 25"
         )
+    if args.bench and not Path(args.bench).is_file():
+        raise ValueError(
+            f"--bench {args.bench!r} does not exist; give this run's 'autotune bench --csv' "
+            "file, or leave --bench out"
+        )
     if args.bench_before and not args.bench:
         raise ValueError(f"--bench-before {args.bench_before!r} needs --bench (this run's CSV)")
     if args.bench_before and not Path(args.bench_before).is_file():

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from autotune.cli.common import add_gpu, add_storage, open_storage, selection
+from autotune.cli.common import add_gpu, add_storage, open_storage, selection, storage_text
 from autotune.core.files import write_atomic
 
 
@@ -127,7 +127,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     print(
         f"profile {chosen.profile.name}"
         + (" (emulated)" if chosen.emulated else "")
-        + f" on {chosen.device.name}; {len(plan)} case(s); storage {args.storage}; "
+        + f" on {chosen.device.name}; {len(plan)} case(s); storage {storage_text(args.storage)}; "
         f"sampler {args.sampler}; {args.n_trials} trials per study",
         flush=True,
     )
