@@ -520,6 +520,17 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(
         assert section in page, section
     for png in ("speedups.png", "pareto.png", "history.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The tuning cost counts trials as the study's own line does: measured, and free ones
+    url = str(pipeline["db"])
+    studies = [
+        optuna.load_study(study_name=x.study_name, storage=url)
+        for x in optuna.get_all_study_summaries(url)
+    ]
+    done = [t for st in studies for t in st.get_trials() if t.state.is_finished()]
+    measured = sum(1 for t in done if t.state == optuna.trial.TrialState.COMPLETE and counts(t))
+    cost = page.split("## Tuning cost")[1]
+    assert re.search(r"\|\s*case\s*\|\s*measured\s*\|\s*free\s*\|\s*feasible", cost)
+    assert f"over {measured} measured trials and {len(done) - measured} free ones" in cost
     # Not measured on the CPU (peak memory): "-", never "nan" or "None" in a cell
     bench_rows = page.split("## Bench (official protocol)")[1].split("\n\n")[2]
     assert bench_rows.count("|") > 20 and "| -" in bench_rows

@@ -602,10 +602,16 @@ def knob_importances(studies: list[Any]) -> pd.DataFrame:
 
 
 def tuning_cost(studies: list[Any]) -> pd.DataFrame:
-    """Per study: case, trials, summed trial wall time, feasible trials."""
+    """Per study: case, measured trials (what ``--n-trials`` counts, as the study's own
+    summary line does), free ones (repeats, forbidden or refused plans, failed or cut
+    short: recorded for the sampler, no plan measured), feasible trials, and the summed
+    trial wall time."""
+    from optuna.trial import TrialState
+
     rows = []
     for study in studies:
-        done = study.get_trials(deepcopy=False)
+        done = study.get_trials(deepcopy=False, states=trials.FINISHED)
+        measured = sum(1 for t in done if t.state == TrialState.COMPLETE and trials.counts(t))
         seconds = sum(
             (t.datetime_complete - t.datetime_start).total_seconds()
             for t in done
@@ -614,12 +620,13 @@ def tuning_cost(studies: list[Any]) -> pd.DataFrame:
         rows.append(
             {
                 "case": trials.case_id_of(study),
-                "trials": len(done),
+                "measured": measured,
+                "free": len(done) - measured,
                 "feasible": sum(1 for t in done if trials.is_feasible(t)),
                 "trial seconds": seconds,
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["case", "measured", "free", "feasible", "trial seconds"])
 
 
 def efficiency_markdown(paths: list[str], out: Path) -> list[str]:
@@ -838,7 +845,9 @@ def write_report(
             "",
             _markdown(cost),
             "",
-            f"Total: {cost['trial seconds'].sum():.0f} s over {int(cost['trials'].sum())} trials.",
+            f"Total: {cost['trial seconds'].sum():.0f} s over {int(cost['measured'].sum())} "
+            f"measured trials and {int(cost['free'].sum())} free ones (repeats of a measured "
+            "plan, plans the space forbids or the device refuses, failed or cut-short trials).",
             "",
         ]
     if table is not None and getattr(table, "buckets", ()):
