@@ -197,6 +197,35 @@ def test_a_call_runs_with_its_inputs_gpu_current(table, monkeypatch) -> None:
     assert inside == [torch.Size([2, 16, 32]), torch.Size()] and during == [True]
 
 
+def test_inputs_the_reference_cannot_run_are_refused_saying_what_it_takes(table) -> None:
+    """Wrong inputs give one line naming the shape or dtype it takes (the reference's own
+    errors name a LayerNorm or an unpacking); a [1, S] mask, which the reference
+    broadcasts, still runs as there."""
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with serving():
+        for bad, says in (
+            (
+                torch.randn(16, 32),
+                r"x has shape \(16, 32\); this model takes \[batch, seq_len, 32\]",
+            ),
+            (torch.randn(2, 16, 64), r"x has shape \(2, 16, 64\).*d_model 32"),
+        ):
+            with pytest.raises(ValueError, match=says):
+                model(bad)
+        for mask, says in (
+            (torch.ones(2, 16), "dtype torch.float32; it must be torch.bool"),
+            (torch.ones(2, 15, dtype=torch.bool), r"shape \(2, 15\); it must be \[2, 16\]"),
+            (torch.ones(3, 16, dtype=torch.bool), r"shape \(3, 16\)"),
+        ):
+            with pytest.raises(ValueError, match=says):
+                model(x, mask)
+        one = torch.ones(1, 16, dtype=torch.bool)
+        one[0, 12:] = False
+        assert check_outputs(model(x, one), ref(x, one)).passed
+        assert check_outputs(model(x), ref(x)).passed  # the model still serves
+
+
 def test_serving_restores_flags_and_grad_mode() -> None:
     saved = (
         torch.get_float32_matmul_precision(),

@@ -557,10 +557,35 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         for line in report[1:]:
             LOG.debug("  %s", line)
 
+    def _check_inputs(self, x: Tensor, mask: Tensor | None) -> None:
+        """Inputs the reference cannot run either, refused in one line that says what it
+        takes (the reference's own error names a LayerNorm or an unpacking). Checked on a
+        call key's first call only: the steady state costs nothing."""
+        d = self.config.d_model
+        if x.dim() != 3 or x.shape[-1] != d:
+            raise ValueError(
+                f"x has shape {tuple(x.shape)}; this model takes [batch, seq_len, {d}] "
+                f"(d_model {d}); add a batch dimension with x[None] for one sequence"
+            )
+        if mask is None:
+            return
+        b, s = x.shape[:2]
+        if mask.dtype != torch.bool:
+            raise ValueError(
+                f"valid_token_mask has dtype {mask.dtype}; it must be torch.bool (True for a "
+                "real token), e.g. mask.bool()"
+            )
+        if mask.dim() != 2 or mask.shape[1] != s or mask.shape[0] not in (1, b):
+            raise ValueError(
+                f"valid_token_mask has shape {tuple(mask.shape)}; it must be [{b}, {s}] "
+                f"(or [1, {s}], one mask for every sequence) for x of shape {tuple(x.shape)}"
+            )
+
     def _resolve(
         self, x: Tensor, valid_token_mask: Tensor | None
     ) -> tuple[Route, CandidateTransformer | None]:
         """The first call of a call key: its route, the module that serves it, warnings."""
+        self._check_inputs(x, valid_token_mask)
         route = self.explain(x, valid_token_mask)
         if route.pending_gate is not None:
             self._run_gate(route, x)
