@@ -555,12 +555,11 @@ def test_plans_that_apply_the_mask_on_the_device_never_read_it_on_the_host(
         assert report.passed, f"{name}: {report.summary()}"
 
 
-def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
-    cpu_device, monkeypatch
-) -> None:
+def _count_layer_weights(monkeypatch) -> list[int]:
+    """A list that grows by one for each per-layer set of derived weights made."""
     import autotune.build as build
 
-    made = []
+    made: list[int] = []
     original = build._LayerWeights.__init__
 
     def counting(self, layer, plan):
@@ -568,6 +567,13 @@ def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
         original(self, layer, plan)
 
     monkeypatch.setattr(build._LayerWeights, "__init__", counting)
+    return made
+
+
+def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
+    cpu_device, monkeypatch
+) -> None:
+    made = _count_layer_weights(monkeypatch)
     cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
     torch.manual_seed(0)
     ref = ReferenceTransformer(cfg).eval()
@@ -644,16 +650,7 @@ def test_a_fused_layer_plan_holds_one_copy_of_the_weights_and_remakes_it_after_a
     """The fused layers read their own packed, cast copies: the per-layer path's copies
     (fp16 matrices, packed QKV) are never made for them, and an optimizer step over a
     copied parameter still remakes the fused copies."""
-    import autotune.build as build
-
-    made = []
-    original = build._LayerWeights.__init__
-
-    def counting(self, layer, plan):
-        made.append(1)
-        original(self, layer, plan)
-
-    monkeypatch.setattr(build._LayerWeights, "__init__", counting)
+    made = _count_layer_weights(monkeypatch)
     cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
     torch.manual_seed(2)
     ref = ReferenceTransformer(cfg).eval()
