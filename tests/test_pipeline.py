@@ -531,6 +531,12 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(
     cost = page.split("## Tuning cost")[1]
     assert re.search(r"\|\s*case\s*\|\s*measured\s*\|\s*free\s*\|\s*feasible", cost)
     assert f"over {measured} measured trials and {len(done) - measured} free ones" in cost
+    from autotune.search.trials import is_feasible
+    from autotune.tools.report import tuning_cost
+
+    frame = tuning_cost(studies)
+    feasible = sum(1 for t in done if is_feasible(t) and counts(t))  # as the study line
+    assert frame["feasible"].sum() == feasible and (frame["feasible"] <= frame["measured"]).all()
     # Not measured on the CPU (peak memory): "-", never "nan" or "None" in a cell
     bench_rows = page.split("## Bench (official protocol)")[1].split("\n\n")[2]
     assert bench_rows.count("|") > 20 and "| -" in bench_rows
@@ -1009,9 +1015,11 @@ def test_a_signal_an_import_swallowed_still_ends_the_command(monkeypatch, capsys
 
 
 def test_a_signal_while_the_process_tears_down_keeps_the_commands_status(tmp_path) -> None:
-    """SIGTERM after the command ended (storages closing, libraries unloading: up to a
-    second) ends the process with the command's own status, not killed by the signal
-    (143, no line said). The signal is sent from an exit handler, inside the teardown."""
+    """SIGTERM after the ``autotune`` program's command ended (storages closing, libraries
+    unloading: up to a second) is ignored: the process exits with the command's own status,
+    not killed by the signal (143, no line said). Sent from an exit handler, and later, from
+    a finaliser during module cleanup (after the interpreter has reset Python handlers). A
+    caller of ``main()`` keeps its own signal handling."""
     import signal
     import subprocess
     import sys
@@ -1020,18 +1028,35 @@ def test_a_signal_while_the_process_tears_down_keeps_the_commands_status(tmp_pat
     script = textwrap.dedent(
         """
         import atexit, os, signal, sys, time
-        atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(5)))
-        from autotune.cli import main
+
+        def term():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.3)
+
+        class Late:  # cleared with this module's globals, late in the teardown
+            def __del__(self):
+                term()
+
+        late = Late()
+        if sys.argv[2] == "atexit":
+            atexit.register(term)
+        from autotune.cli import entry
         sys.argv = ["autotune", "cases", "--cases", sys.argv[1]]
-        raise SystemExit(main())
+        entry()
         """
     )
     for cases, status in (("smoke-1", 0), ("nope", 2)):
-        done = subprocess.run(
-            [sys.executable, "-c", script, cases], capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == status, (cases, done.returncode, done.stderr[-500:])
+        for when in ("atexit", "module cleanup"):
+            done = subprocess.run(
+                [sys.executable, "-c", script, cases, when],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == status, (cases, when, done.returncode, done.stderr[-500:])
+    assert main(["cases", "--cases", "smoke-1"]) == 0
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # in-process calls put it back
+    assert signal.getsignal(signal.SIGINT) == signal.default_int_handler
 
 
 def test_the_study_line_names_the_file_a_relative_sqlite_url_resolves_to(

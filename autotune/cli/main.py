@@ -40,16 +40,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command (``argv``, or the process's arguments); its exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv_text = [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)][1:]
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    process = argv is None  # the process's own command line: its teardown follows
-    with interrupt.early_signals(restore=not process):
-        code = _run(args)
-        if process:
-            interrupt.exit_on_signal(code)
-    return code
+    with interrupt.early_signals():
+        return _run(args)
+
+
+def entry() -> NoReturn:
+    """The ``autotune`` program (console script, ``python -m autotune``): one command, then
+    a teardown that a late SIGINT or SIGTERM does not turn into a kill (``quiet_teardown``)."""
+    code = main()
+    interrupt.quiet_teardown()
+    raise SystemExit(code)
 
 
 def _run(args: argparse.Namespace) -> int:

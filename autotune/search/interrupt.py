@@ -7,13 +7,13 @@ marked FAIL with the reason, and enqueued again so the same command measures it 
 resumes; finished trials are kept. Runner children ignore SIGINT: the process
 that owns the trial decides. A second Ctrl-C interrupts immediately. SIGTERM (what
 ``timeout``, ``kill`` and service managers send) is taken as Ctrl-C. One that comes after
-the command ended, while the process tears down, ends it with the command's own status.
+the ``autotune`` process's command ended, while it tears down, is ignored: the process
+exits with the command's own status (``quiet_teardown``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading
@@ -45,11 +45,9 @@ def _early(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def early_signals(restore: bool = True) -> Iterator[None]:
+def early_signals() -> Iterator[None]:
     """For a whole command (in the main thread): SIGINT and SIGTERM raise KeyboardInterrupt
-    and are remembered in ``EARLY`` where a swallowed one would be lost. ``restore``
-    False: the handlers are left for ``exit_on_signal`` to replace (the process's own
-    command, whose teardown follows)."""
+    and are remembered in ``EARLY`` where a swallowed one would be lost."""
     EARLY.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -58,26 +56,30 @@ def early_signals(restore: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
-        if restore:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def exit_on_signal(code: int) -> None:
-    """After the process's command ended with ``code``, for its teardown (storages closed,
-    libraries unloaded: up to a second): SIGINT or SIGTERM then ends the process at once
-    with that code, the command's work done and stored, rather than the default action
-    (killed, 143, no line said)."""
+# The longest a teardown may take with the signals ignored: past it SIGALRM's default
+# action ends the process (a teardown that hangs is not made unkillable by TERM for good).
+TEARDOWN_LIMIT_S = 30
 
-    def finish(signum: int, frame: Any) -> None:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
 
-    if threading.current_thread() is threading.main_thread():
-        for sig in SIGNALS:
-            signal.signal(sig, finish)
+def quiet_teardown() -> None:
+    """For the ``autotune`` process after its command ended (its output and storage written):
+    SIGINT and SIGTERM are ignored while the interpreter tears down (storages closed,
+    libraries unloaded: up to a second), so the process exits with the command's status
+    rather than killed by the signal (143, no line said). Ignored, not handled: the
+    interpreter resets Python handlers before most of the teardown, not ignored signals.
+    SIGALRM ends a teardown that takes longer than ``TEARDOWN_LIMIT_S``."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a closed pipe: nothing more to say there
+            stream.flush()
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.alarm(TEARDOWN_LIMIT_S)
 
 
 class InterruptGuard:
