@@ -199,8 +199,8 @@ def test_a_call_runs_with_its_inputs_gpu_current(table, monkeypatch) -> None:
 
 def test_inputs_the_reference_cannot_run_are_refused_saying_what_it_takes(table) -> None:
     """Wrong inputs give one line naming the shape or dtype it takes (the reference's own
-    errors name a LayerNorm or an unpacking); a [1, S] mask, which the reference
-    broadcasts, still runs as there."""
+    errors name a LayerNorm or an unpacking); masks the reference broadcasts ([1, S],
+    [B, 1], [1, 1]) still run as there."""
     model, ref = _model(table)
     x = torch.randn(2, 16, 32)
     with serving():
@@ -222,7 +222,12 @@ def test_inputs_the_reference_cannot_run_are_refused_saying_what_it_takes(table)
                 model(x, mask)
         one = torch.ones(1, 16, dtype=torch.bool)
         one[0, 12:] = False
-        assert check_outputs(model(x, one), ref(x, one)).passed
+        for broadcast in (
+            one,
+            torch.ones(2, 1, dtype=torch.bool),
+            torch.ones(1, 1, dtype=torch.bool),
+        ):
+            assert check_outputs(model(x, broadcast), ref(x, broadcast)).passed
         assert check_outputs(model(x), ref(x)).passed  # the model still serves
 
 

@@ -575,10 +575,11 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
                 f"valid_token_mask has dtype {mask.dtype}; it must be torch.bool (True for a "
                 "real token), e.g. mask.bool()"
             )
-        if mask.dim() != 2 or mask.shape[1] != s or mask.shape[0] not in (1, b):
+        if mask.dim() != 2 or mask.shape[0] not in (1, b) or mask.shape[1] not in (1, s):
             raise ValueError(
-                f"valid_token_mask has shape {tuple(mask.shape)}; it must be [{b}, {s}] "
-                f"(or [1, {s}], one mask for every sequence) for x of shape {tuple(x.shape)}"
+                f"valid_token_mask has shape {tuple(mask.shape)}; it must be [{b}, {s}] (or "
+                f"a shape the reference broadcasts to it: [1, {s}] for every sequence) for x "
+                f"of shape {tuple(x.shape)}"
             )
 
     def _resolve(
