@@ -195,11 +195,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--target {args.target:g} is not a speedup above 1; give e.g. --target 25"
         )
-    if args.bench and not Path(args.bench).is_file():
-        raise ValueError(
-            f"--bench {args.bench!r} does not exist; give this run's 'autotune bench --csv' "
-            "file, or leave --bench out"
-        )
     if args.bench_before and not args.bench:
         raise ValueError(f"--bench-before {args.bench_before!r} needs --bench (this run's CSV)")
     if args.bench_before and not Path(args.bench_before).is_file():
@@ -217,6 +212,11 @@ def cmd_report(args: argparse.Namespace) -> int:
                 f"--bench-history {path!r} does not exist; give earlier 'autotune bench "
                 "--csv' files"
             )
+    if args.bench and not Path(args.bench).is_file():
+        raise ValueError(
+            f"--bench {args.bench!r} does not exist; give this run's 'autotune bench --csv' "
+            "file, or leave --bench out"
+        )
     if args.unseen and not Path(args.unseen).is_file():
         raise ValueError(f"--unseen {args.unseen!r} does not exist; give an 'autotune unseen' CSV")
     from autotune.tools.report import bench_frame, check_efficiency_record, check_unseen_csv

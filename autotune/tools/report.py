@@ -602,10 +602,10 @@ def knob_importances(studies: list[Any]) -> pd.DataFrame:
 
 
 def tuning_cost(studies: list[Any]) -> pd.DataFrame:
-    """Per study: case, measured trials (what ``--n-trials`` counts, as the study's own
-    summary line does), free ones (repeats, forbidden or refused plans, failed or cut
-    short: recorded for the sampler, no plan measured), feasible trials, and the summed
-    trial wall time."""
+    """Per study: case, measured trials (what ``--n-trials`` counts) and of them the
+    feasible ones, as the study's own summary line counts them; free ones (repeats,
+    forbidden or refused plans, failed or cut short: recorded for the sampler, no plan
+    measured); and the summed trial wall time."""
     from optuna.trial import TrialState
 
     rows = []
@@ -622,7 +622,7 @@ def tuning_cost(studies: list[Any]) -> pd.DataFrame:
                 "case": trials.case_id_of(study),
                 "measured": measured,
                 "free": len(done) - measured,
-                "feasible": sum(1 for t in done if trials.is_feasible(t)),
+                "feasible": sum(1 for t in done if trials.is_feasible(t) and trials.counts(t)),
                 "trial seconds": seconds,
             }
         )
