@@ -211,6 +211,12 @@ def _set(module: torch.nn.Module, name: str, value: Any) -> None:
     object.__setattr__(module, name, value)
 
 
+def refresh_after_load(module: Any, incompatible_keys: Any) -> None:
+    """A ``load_state_dict`` post-hook (a module-level function: a module holding it can be
+    pickled, as the reference can): the new weights' derived tensors are remade."""
+    module.refresh()
+
+
 class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     """The reference's parameters with a forward that follows a plan.
 
@@ -238,6 +244,10 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         ("_per_thread", threading.local),
         ("_weights", lambda: None),
         ("_copied_ids", frozenset),
+        # and no captured graphs, streams or fused-block copies (a copy captures its own)
+        ("_graphs", dict),
+        ("_streams", lambda: None),
+        ("_block", lambda: None),
     )
 
     def __init__(self, config: TransformerConfig, plan: Plan, device: DeviceInfo) -> None:
@@ -268,16 +278,30 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         self._classify = not self._layer_backend.fused and (
             self._attention_backend.needs_mask_kind(plan)
         )
-        self.register_load_state_dict_post_hook(lambda module, keys: module.refresh())
+        self.register_load_state_dict_post_hook(refresh_after_load)
+        self._make_core()
+
+    def _make_core(self) -> None:
+        """The forward's core: compiled per the plan (made again by a copy: a compiled
+        function is neither copied nor pickled)."""
         self._core: Callable[..., Tensor] = self._forward_core
-        if plan.compile != "none":
+        if self.plan.compile != "none":
             _raise_dynamo_limits()
-            compiled = torch.compile(self._forward_core, mode=plan.compile, dynamic=False)
+            compiled = torch.compile(self._forward_core, mode=self.plan.compile, dynamic=False)
             self._core = compiled
-            if plan.compile in GRAPHED_COMPILE_MODES:
+            if self.plan.compile in GRAPHED_COMPILE_MODES:
                 # Inductor's CUDA graphs hand out outputs that their next replay
                 # overwrites: the caller gets its own copy.
                 self._core = lambda *args: self._owned(compiled(*args))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_core", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._make_core()
 
     # Captured forwards kept per module (one per shape, mask kind and settings): a plan
     # serving a bucket sees many shapes; past this many, the least recently used capture

@@ -231,6 +231,35 @@ def test_inputs_the_reference_cannot_run_are_refused_saying_what_it_takes(table)
         assert check_outputs(model(x), ref(x)).passed  # the model still serves
 
 
+def test_the_model_pickles_and_saves_like_the_reference(table, tmp_path) -> None:
+    """``pickle`` and ``torch.save(model)`` work as they do for the reference, after calls
+    too: what the calls built (plans, routes, graphs) is remade by the copy on its first
+    call, on its own weights."""
+    import pickle
+
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with serving():
+        want = model(x)
+        assert model.last_route.plan is not None
+        for copy in (
+            pickle.loads(pickle.dumps(model)),
+            _saved_and_loaded(model, tmp_path / "model.pt"),
+        ):
+            assert torch.equal(copy(x), want)
+            assert copy.last_route.plan == model.last_route.plan  # the tuned plan again
+            with torch.no_grad():
+                copy.layers[0].ffn_in.weight.mul_(2.0)  # its own weights, not the model's
+            copy.refresh()
+            assert torch.equal(model(x), want) and not torch.equal(copy(x), want)
+        assert check_outputs(want, ref(x)).passed
+
+
+def _saved_and_loaded(model: torch.nn.Module, path: Path) -> torch.nn.Module:
+    torch.save(model, path)
+    return torch.load(path, weights_only=False)
+
+
 def test_serving_restores_flags_and_grad_mode() -> None:
     saved = (
         torch.get_float32_matmul_precision(),

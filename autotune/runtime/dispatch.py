@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from autotune.build import CandidateTransformer, not_supported_reasons
+from autotune.build import CandidateTransformer, not_supported_reasons, refresh_after_load
 from autotune.core.device import DeviceInfo, detect_device
 from autotune.core.reference import (
     ReferenceTransformer,
@@ -195,8 +195,17 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
     """
 
     # Per thread: the last call's route. Per call key, a lock: resolving its first call
-    # (a gate runs seconds; other keys' first calls do not wait for it).
-    FRESH = (("_local", threading.local), ("_resolve_locks", dict))
+    # (a gate runs seconds; other keys' first calls do not wait for it). And what calls
+    # built (plans on these weights, routes, guard reports): a copy or an unpickled model
+    # builds its own on its first calls; gate verdicts are kept.
+    FRESH = (
+        ("_local", threading.local),
+        ("_resolve_locks", dict),
+        ("_candidates", dict),
+        ("_routes", dict),
+        ("_served", dict),
+        ("_guards", dict),
+    )
 
     def __init__(
         self,
@@ -230,7 +239,7 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         self._warned_contract = False  # a tuned entry skipped for the contract: said once
         # Per call key, what a guarded approximation decided on its last call.
         self._guards: dict[tuple[Any, ...], tuple[str, ...]] = {}
-        self.register_load_state_dict_post_hook(lambda module, keys: module.refresh())
+        self.register_load_state_dict_post_hook(refresh_after_load)
 
     @property
     def last_route(self) -> Route | None:

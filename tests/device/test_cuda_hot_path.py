@@ -4,6 +4,7 @@
 - A captured forward bound to the caller's input addresses reads their current contents.
 - Outputs the caller holds are never overwritten by later calls.
 - A fused layer's graph stores its output into the ring buffer itself (no copy).
+- A candidate with captured graphs (or a compiled core) pickles; its copy captures its own.
 - Every entry of every table made for this device runs its steady-state calls with no
   host synchronisation (``torch.cuda.set_sync_debug_mode("error")``), on the same input
   again (the bound graph) and on a fresh one (copied in); except a plan that reads the mask
@@ -158,6 +159,28 @@ def test_an_in_place_edit_after_capture_is_served_without_refresh(plan: Plan) ->
         )  # captured again
         _assert_close(y, ref(x, mask))
         _assert_close(cand(x, mask), ref(x, mask))
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [GRAPHED, FUSED_ROWS, Plan(attention="sdpa_efficient", compile="reduce-overhead")],
+    ids=["graphed", "fused-rows", "compiled"],
+)
+def test_a_candidate_with_captured_graphs_pickles_and_its_copy_captures_its_own(
+    plan: Plan,
+) -> None:
+    import pickle
+
+    ref, cand = _pair(plan)
+    x, mask = _inputs(11)
+    with serving():
+        for _ in range(3):
+            want = cand(x, mask)
+        copy = pickle.loads(pickle.dumps(cand))
+        assert not copy._graphs
+        for _ in range(3):
+            _assert_close(copy(x, mask), ref(x, mask))
+        _assert_close(cand(x, mask), want)
 
 
 def _shipped_entries():
