@@ -22,6 +22,10 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.nn.modules.module import (
+    register_module_module_registration_hook,
+    register_module_parameter_registration_hook,
+)
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from autotune import backends
@@ -186,23 +190,39 @@ class _LayerWeights:
 _VERSION = operator.attrgetter("_version")
 
 
-# Candidates whose derived weights copy parameters: an optimizer step over one of those
-# parameters makes the copies stale.
-_COPYING: weakref.WeakSet[CandidateTransformer] = weakref.WeakSet()
+# Candidates with derived weights made: they read their modules' parameter objects (or
+# copies of them). An optimizer step over a copied parameter makes the copies stale; a
+# parameter or submodule replaced in one of their modules, the references.
+_PREPARED: weakref.WeakSet[CandidateTransformer] = weakref.WeakSet()
 
 
 def _after_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
     """A global ``torch.optim`` step post-hook: candidates that copy a parameter the step
     updated remake their derived weights on their next call."""
-    if not _COPYING:
+    if not _PREPARED:
         return
     stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for cand in list(_COPYING):
+    for cand in list(_PREPARED):
         if not cand._copied_ids.isdisjoint(stepped):
             cand.refresh()
 
 
+def _after_registration(module: torch.nn.Module, name: str, value: Any) -> None:
+    """A global ``nn.Module`` parameter and submodule registration hook (``layer.weight =
+    nn.Parameter(...)``, ``model.layers[0] = layer``): candidates that read a module of
+    which one was replaced remake their derived weights on their next call. Only module
+    construction and such replacements run it: no cost a call."""
+    if not _PREPARED:
+        return None
+    for cand in list(_PREPARED):
+        if id(module) in cand._module_ids:
+            cand.refresh()
+    return None
+
+
 register_optimizer_step_post_hook(_after_optimizer_step)
+register_module_parameter_registration_hook(_after_registration)
+register_module_module_registration_hook(_after_registration)
 
 
 def _set(module: torch.nn.Module, name: str, value: Any) -> None:
@@ -228,7 +248,9 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     counters, so that any in-place edit is seen (``copy_`` under ``no_grad`` included; not
     edits through ``.data`` or of inference tensors): 3-8 us of host time a call on an
     H100's host for 48 parameters (scripts/watch_edits_ab.py), so it is off by default.
-    The parameters read where they are need neither.
+    The parameters read where they are need neither. A parameter or submodule replaced in
+    one of its modules (``norm.weight = nn.Parameter(...)``) is seen too (global
+    registration hooks: no cost a call).
 
     Captured graphs replay on buffers this object owns: a lock makes a call's staging,
     replay and output hand-off one step, so threads sharing a module take turns there (on
@@ -244,6 +266,7 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         ("_per_thread", threading.local),
         ("_weights", lambda: None),
         ("_copied_ids", frozenset),
+        ("_module_ids", frozenset),
         # and no captured graphs, streams or fused-block copies (a copy captures its own)
         ("_graphs", dict),
         ("_streams", lambda: None),
@@ -266,6 +289,7 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         self._watched: list[Tensor] = []
         self._watched_sum = 0
         self._copied_ids: frozenset[int] = frozenset()  # of every copied parameter
+        self._module_ids: frozenset[int] = frozenset()  # of the modules the weights came from
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
         self._streams: list[torch.cuda.Stream] | None = None  # batch_streams > 1
         self._block: Any = None  # fused-block weights (views of the parameters)
@@ -308,9 +332,20 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
     # is dropped (its memory pool with it) and captured again if its shape returns.
     MAX_GRAPH_SHAPES = 16
 
-    # True: every call reads the copied parameters' version counters (any in-place edit
-    # seen); False: only optimizer steps, load_state_dict, .to() and refresh() are.
-    watch_edits = False
+    _watch_edits = False
+
+    @property
+    def watch_edits(self) -> bool:
+        """True: every call reads the copied parameters' version counters (any in-place
+        edit seen); False: only optimizer steps, load_state_dict, .to(), replacements and
+        refresh() are. Set at any time: the next call remakes the weights, watched or not."""
+        return self._watch_edits
+
+    @watch_edits.setter
+    def watch_edits(self, on: bool) -> None:
+        if bool(on) != self._watch_edits:
+            object.__setattr__(self, "_watch_edits", bool(on))
+            self.refresh()
 
     # False: outputs of a compile mode that captures graphs are handed out as Inductor
     # returns them (overwritten by the next call), as ``torch.compile(model)`` does.
@@ -377,7 +412,10 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
                     watched = copied if self.watch_edits else []
                     total = sum(before.get(id(t), -1) for t in watched)
                     self._copied_ids = frozenset(map(id, copied))
-                    _COPYING.add(self)  # optimizer steps over these parameters refresh it
+                    self._module_ids = frozenset(map(id, self.modules()))
+                    # optimizer steps over these parameters, and replacements in these
+                    # modules, refresh it
+                    _PREPARED.add(self)
                     self._block = None
                     self._graphs.clear()  # graphs read derived weights of their version
                     # The weights first: a thread that sees the new sum reads them after.

@@ -612,6 +612,29 @@ def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
     assert len(made) == 8  # load_state_dict bumps the version itself
 
 
+def test_a_replaced_parameter_or_submodule_is_read_on_the_next_call(cpu_device) -> None:
+    """Plans hold their modules' parameter objects (and copies): a parameter or submodule
+    replaced in one of those modules is seen without refresh() or watch_edits."""
+    cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
+    torch.manual_seed(4)
+    ref = ReferenceTransformer(cfg).eval()
+    cand = build_candidate(Plan(qkv="packed"), cfg, cpu_device, ref.state_dict())
+    x = torch.randn(2, 8, 16)
+    with torch.inference_mode():
+        before = cand(x)
+    norm = cand.layers[0].norm1  # read where it is
+    norm.weight = torch.nn.Parameter(norm.weight.detach() * 2.0)
+    q = cand.layers[1].attention.q_proj  # in the packed copy
+    q.bias = torch.nn.Parameter(q.bias.detach() + 0.5)
+    other = ReferenceTransformer(cfg).eval()
+    cand.layers[1].ffn_out = other.layers[1].ffn_out  # a submodule replaced
+    with torch.inference_mode():
+        ref.load_state_dict(cand.state_dict())
+        after = cand(x)
+        assert not torch.equal(after, before)
+        assert check_outputs(after, ref(x)).passed
+
+
 def test_a_graph_is_never_captured_on_weights_another_thread_replaced(
     cpu_device, monkeypatch
 ) -> None:

@@ -260,6 +260,30 @@ def _saved_and_loaded(model: torch.nn.Module, path: Path) -> torch.nn.Module:
     return torch.load(path, weights_only=False)
 
 
+def test_edits_after_the_first_call_are_served_watched_replaced_or_swapped(table) -> None:
+    """watch_edits turned on after the first call covers the plans already made; a
+    replaced parameter and a replaced final norm are served without refresh()."""
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with serving():
+        model(x)
+        assert model.last_route.plan is not None
+        model.watch_edits = True
+        with torch.no_grad():
+            model.layers[0].attention.k_proj.weight.mul_(1.5)  # in the packed copy
+        ref.load_state_dict(model.state_dict())
+        assert check_outputs(model(x), ref(x)).passed
+        model.watch_edits = False
+        layer = model.layers[1]
+        layer.norm2.weight = torch.nn.Parameter(layer.norm2.weight.detach() * 3.0)
+        model.final_norm = torch.nn.LayerNorm(32)
+        with torch.no_grad():
+            model.final_norm.bias.fill_(0.25)
+        ref.load_state_dict(model.state_dict())
+        assert check_outputs(model(x), ref(x)).passed
+        assert model.last_route.plan is not None  # still the tuned plan
+
+
 def test_serving_restores_flags_and_grad_mode() -> None:
     saved = (
         torch.get_float32_matmul_precision(),

@@ -217,11 +217,8 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         watch_edits: bool = False,
     ) -> None:
         super().__init__(config)
-        # True: each call reads the version counters of the parameters a plan copies, so
-        # any in-place edit is seen (3-8 us of host time a call); False: optimizer steps,
-        # load_state_dict and .to() are seen, other in-place edits need refresh().
-        self.watch_edits = watch_edits
         self._make_fresh()
+        self.watch_edits = watch_edits
         self.table: DispatchTable | None = load_table(table) if table is not None else None
         self.gate_unseen = gate_unseen
         self.gate_cache = Path(gate_cache) if gate_cache is not None else None
@@ -240,6 +237,35 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         # Per call key, what a guarded approximation decided on its last call.
         self._guards: dict[tuple[Any, ...], tuple[str, ...]] = {}
         self.register_load_state_dict_post_hook(refresh_after_load)
+
+    _watch_edits = False
+
+    @property
+    def watch_edits(self) -> bool:
+        """True: each call reads the version counters of the parameters a plan copies, so
+        any in-place edit is seen (3-8 us of host time a call); False: optimizer steps,
+        load_state_dict, .to() and replaced parameters or submodules are seen, other
+        in-place edits need refresh(). Set at any time: the plans already made follow."""
+        return self._watch_edits
+
+    @watch_edits.setter
+    def watch_edits(self, on: bool) -> None:
+        object.__setattr__(self, "_watch_edits", bool(on))
+        for cand in list(self._candidates.values()):
+            cand.watch_edits = on
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if isinstance(value, torch.nn.Module | torch.nn.Parameter) and "_served" in self.__dict__:
+            # Our layers or final norm replaced: plans made on the old ones are not served.
+            self._drop_plans()
+
+    def _drop_plans(self) -> None:
+        self._candidates.clear()  # they read our parameters; graphs must be re-captured
+        self._routes.clear()
+        self._served.clear()
+        self._guards.clear()
+        self._fingerprint = None
 
     @property
     def last_route(self) -> Route | None:
@@ -265,11 +291,7 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             self._served.clear()
 
     def _apply(self, fn: Any, recurse: bool = True) -> Any:
-        self._candidates.clear()  # they read our parameters; graphs must be re-captured
-        self._routes.clear()
-        self._served.clear()
-        self._guards.clear()
-        self._fingerprint = None
+        self._drop_plans()
         return super()._apply(fn, recurse)
 
     def _device(self, device: torch.device) -> tuple[DeviceInfo, tuple[str, ...]]:
