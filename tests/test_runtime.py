@@ -284,6 +284,27 @@ def test_edits_after_the_first_call_are_served_watched_replaced_or_swapped(table
         assert model.last_route.plan is not None  # still the tuned plan
 
 
+def test_explain_names_the_dtype_and_a_broadcast_mask(table) -> None:
+    model, _ = _model(table)
+    x = torch.randn(2, 16, 32)
+    with serving():
+        route = model.double().explain(x.double())
+        assert route.plan is None
+        assert route.reasons[0].startswith(
+            "x is float64: the table's plans are tuned for float32 inputs"
+        )
+        model.float()
+        assert model.explain(x).plan is not None
+        one = torch.ones(1, 16, dtype=torch.bool)
+        assert "a mask of shape (1, 16) is broadcast: plans take one of shape (2, 16)" in (
+            model.explain(x, one).reasons
+        )
+        assert (
+            "mask dtype torch.float32 is not torch.bool"
+            in model.explain(x, torch.ones(2, 16)).reasons
+        )
+
+
 def test_serving_restores_flags_and_grad_mode() -> None:
     saved = (
         torch.get_float32_matmul_precision(),

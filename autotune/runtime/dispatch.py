@@ -322,16 +322,24 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             c.ffn_dim,
             c.num_layers,
             c.causal,
-            _DTYPE_NAMES.get(x.dtype, str(x.dtype)),
+            _DTYPE_NAMES.get(x.dtype, str(x.dtype).removeprefix("torch.")),
         )
         static = self._static_route(key, x.device)
         reasons = list(static.reasons)
-        if valid_token_mask is not None and (
-            valid_token_mask.dtype != torch.bool or valid_token_mask.shape != x.shape[:2]
-        ):
+        tuned = sorted({k[-1] for k in self.table.entries})
+        if static.plan is None and tuned and key[-1] not in tuned:
+            reasons.insert(
+                0,
+                f"x is {key[-1]}: the table's plans are tuned for {', '.join(tuned)} inputs "
+                f"(and weights); call model.float() and pass {tuned[0]} inputs for them",
+            )
+        mask = valid_token_mask
+        if mask is not None and mask.dtype != torch.bool:
+            reasons.append(f"mask dtype {mask.dtype} is not torch.bool")
+        elif mask is not None and mask.shape != x.shape[:2]:
             reasons.append(
-                f"mask must be bool {tuple(x.shape[:2])}, got "
-                f"{valid_token_mask.dtype} {tuple(valid_token_mask.shape)}"
+                f"a mask of shape {tuple(mask.shape)} is broadcast: plans take one of shape "
+                f"{tuple(x.shape[:2])}"
             )
         reasons += contract_problems()
         if not reasons:
