@@ -431,6 +431,37 @@ def test_an_unreadable_gate_cache_warns_at_the_callers_line_and_is_rewritten(tmp
     assert passed
 
 
+def test_a_gate_cache_that_cannot_be_a_file_is_refused_at_construction(
+    tmp_path, monkeypatch
+) -> None:
+    """A folder, or a path in a folder that does not exist: one line at construction, not a
+    warning naming a temporary file at the first gate. A write that fails later names the
+    cache and the cause, and the verdict still serves."""
+    path = _table(tmp_path, [_bucket(HEADS)])
+    config = select_cases("smoke-1")[0].config
+    for cache, says in ((tmp_path, "is a folder"), (tmp_path / "no" / "g.json", "does not exist")):
+        with pytest.raises(ValueError, match=f"gate_cache .* {says}; give a JSON file's path"):
+            DispatchedTransformer(config, table=path, gate_unseen=True, gate_cache=cache)
+    cache = tmp_path / "gates.json"
+    model = DispatchedTransformer(config, table=path, gate_unseen=True, gate_cache=cache)
+    model.load_state_dict(build_reference(config, "cpu").state_dict())
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(tmp_path / ".gates.json.x1.tmp"))
+
+    monkeypatch.setattr("autotune.core.files.write_atomic", full)
+    x, mask = generate_random_case(
+        shape_grid("12 x 40", select_cases("smoke-1"))[0].config, "cpu", seed=5
+    )
+    with serving(), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        model(x, mask)
+    texts = [str(w.message) for w in seen]
+    assert f"gate cache {cache} not written (No space left on device)" in " ".join(texts)
+    assert not any(".tmp" in t for t in texts)
+    assert model.last_route.plan == Plan.from_dict(HEADS)
+
+
 def test_a_plan_failing_the_gate_is_never_served(tmp_path, monkeypatch) -> None:
     path = _table(tmp_path, [_bucket(HEADS)])
     config = select_cases("smoke-1")[0].config

@@ -222,6 +222,14 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         self.table: DispatchTable | None = load_table(table) if table is not None else None
         self.gate_unseen = gate_unseen
         self.gate_cache = Path(gate_cache) if gate_cache is not None else None
+        if self.gate_cache is not None and (
+            self.gate_cache.is_dir() or not self.gate_cache.parent.is_dir()
+        ):
+            raise ValueError(
+                f"gate_cache {str(gate_cache)!r} is "
+                + ("a folder" if self.gate_cache.is_dir() else "in a folder that does not exist")
+                + "; give a JSON file's path in an existing folder, e.g. gate_cache='gates.json'"
+            )
         self._fingerprint: str | None = None  # of the weights, for gate verdicts
         # One-time gate verdicts per (case key, plan hash, device name): (passed, detail).
         self._gated: dict[str, tuple[bool, str]] = self._read_gate_cache()
@@ -521,8 +529,9 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             try:
                 write_atomic(self.gate_cache, json.dumps(merged, indent=1, sort_keys=True))
             except OSError as exc:  # the verdict still holds in this process
+                why = exc.strerror or str(exc)  # not the temporary file's name
                 warnings.warn(
-                    f"gate cache {self.gate_cache} not written ({exc}); the verdict is kept "
+                    f"gate cache {self.gate_cache} not written ({why}); the verdict is kept "
                     "in this process only",
                     stacklevel=7,
                 )
