@@ -305,6 +305,24 @@ def test_explain_names_the_dtype_and_a_broadcast_mask(table) -> None:
         )
 
 
+def test_autocast_inside_serving_is_served_by_the_reference_with_one_warning(table) -> None:
+    """Tuned plans were verified in float32 without autocast: under autocast the reference
+    serves, as autocast asks, and the model says so once, at the caller's line."""
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with serving():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with pytest.warns(UserWarning, match="autocast is on") as caught:
+                y = model(x)
+            assert "Fix: call the model outside torch.autocast" in str(caught[0].message)
+            assert caught[0].filename == __file__
+            assert model.last_route.plan is None
+            assert torch.equal(y, ref(x))  # the reference, under the autocast asked for
+            assert any(r.startswith("autocast is on") for r in model.explain(x).reasons)
+        model(x)
+        assert model.last_route.plan is not None  # without autocast: the tuned plan
+
+
 def test_serving_restores_flags_and_grad_mode() -> None:
     saved = (
         torch.get_float32_matmul_precision(),

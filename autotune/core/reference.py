@@ -311,15 +311,25 @@ def cudnn_tf32() -> bool | None:
         return None
 
 
+def _any_autocast_fallback() -> bool:
+    return any(torch.is_autocast_enabled(d) for d in ("cuda", "cpu"))
+
+
+# Whether autocast is on for any device: one C call where this torch has it (~40 ns).
+any_autocast = getattr(torch._C, "_is_any_autocast_enabled", _any_autocast_fallback)
+
+
 def settings_key() -> tuple[Any, ...]:
     """What a forward's numerics and a captured graph depend on besides the inputs: grad
-    and inference mode, the TF32 flags and the matmul precision (a few C calls)."""
+    and inference mode, the TF32 flags, the matmul precision and autocast (a few C
+    calls)."""
     return (
         torch.is_grad_enabled(),
         torch.is_inference_mode_enabled(),
         cublas_tf32(),
         cudnn_tf32(),
         matmul_precision(),
+        any_autocast(),
     )
 
 

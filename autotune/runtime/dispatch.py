@@ -48,6 +48,7 @@ from autotune.core.device import DeviceInfo, detect_device
 from autotune.core.reference import (
     ReferenceTransformer,
     TransformerConfig,
+    any_autocast,
     cublas_tf32,
     cudnn_tf32,
     matmul_precision,
@@ -115,6 +116,12 @@ def contract_problems() -> list[str]:
             f"TF32/matmul precision flags differ from the official settings the table was "
             f"validated under: {differ} (official: float32_matmul_precision='high', "
             "allow_tf32=True for CUDA matmuls and cuDNN)"
+        )
+    if any_autocast():
+        problems.append(
+            "autocast is on: tuned plans were verified in float32 without it (the reference "
+            "serves, under the autocast asked for; leave autocast off inside serving() for "
+            "the plans)"
         )
     return problems
 
@@ -549,11 +556,13 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         problems = contract_problems()
         if not problems or set(route.reasons) != set(problems):
             return  # another reason (the mask) keeps the entry out anyway: explain() says it
+        fix = f"{SERVING_FIX} (torch.inference_mode() with the official flags)"
+        if all(p.startswith("autocast") for p in problems):
+            fix = "call the model outside torch.autocast"
         warnings.warn(
             f"DispatchedTransformer: the tuned entry for case key {route.key} was not used "
-            f"and the reference served, because {'; and '.join(problems)}. Fix: "
-            f"{SERVING_FIX} (torch.inference_mode() with the official flags). Warned once "
-            "per model; explain(x, mask) gives every reason.",
+            f"and the reference served, because {'; and '.join(problems)}. Fix: {fix}. "
+            "Warned once per model; explain(x, mask) gives every reason.",
             stacklevel=7,  # the caller's: past _resolve, _forward, forward, nn.Module's two
         )
         self._warned_contract = True
