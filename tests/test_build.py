@@ -114,14 +114,21 @@ def test_candidate_keeps_the_reference_state_dict_names(cpu_device) -> None:
     assert list(cand.state_dict()) == list(ReferenceTransformer(cfg).state_dict())
 
 
-def test_derived_weights_follow_a_reloaded_state_dict(cpu_device) -> None:
-    cfg = TransformerConfig(2, 8, 16, 2, 32, 1, True)
-    torch.manual_seed(0)
+def _packed_pair(cpu_device, layers: int, seed: int):
+    """A reference and a packed-QKV candidate on its weights, an input, and the
+    candidate's output on it."""
+    cfg = TransformerConfig(2, 8, 16, 2, 32, layers, True)
+    torch.manual_seed(seed)
     ref = ReferenceTransformer(cfg).eval()
     cand = build_candidate(Plan(qkv="packed"), cfg, cpu_device, ref.state_dict())
     x = torch.randn(2, 8, 16)
     with torch.inference_mode():
         before = cand(x)
+    return cfg, ref, cand, x, before
+
+
+def test_derived_weights_follow_a_reloaded_state_dict(cpu_device) -> None:
+    cfg, _ref, cand, x, before = _packed_pair(cpu_device, 1, 0)
     torch.manual_seed(1)
     other = ReferenceTransformer(cfg).eval()
     cand.load_state_dict(other.state_dict())
@@ -615,13 +622,7 @@ def test_parameters_are_read_once_per_version_and_an_in_place_edit_remakes_them(
 def test_a_replaced_parameter_or_submodule_is_read_on_the_next_call(cpu_device) -> None:
     """Plans hold their modules' parameter objects (and copies): a parameter or submodule
     replaced in one of those modules is seen without refresh() or watch_edits."""
-    cfg = TransformerConfig(2, 8, 16, 2, 32, 2, True)
-    torch.manual_seed(4)
-    ref = ReferenceTransformer(cfg).eval()
-    cand = build_candidate(Plan(qkv="packed"), cfg, cpu_device, ref.state_dict())
-    x = torch.randn(2, 8, 16)
-    with torch.inference_mode():
-        before = cand(x)
+    cfg, ref, cand, x, before = _packed_pair(cpu_device, 2, 4)
     norm = cand.layers[0].norm1  # read where it is
     norm.weight = torch.nn.Parameter(norm.weight.detach() * 2.0)
     q = cand.layers[1].attention.q_proj  # in the packed copy
