@@ -17,7 +17,7 @@ import operator
 import sys
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -190,10 +190,28 @@ class _LayerWeights:
 _VERSION = operator.attrgetter("_version")
 
 
-# Candidates with derived weights made: they read their modules' parameter objects (or
-# copies of them). An optimizer step over a copied parameter makes the copies stale; a
-# parameter or submodule replaced in one of their modules, the references.
+# Candidates with derived weights made: an optimizer step over a parameter one copies
+# makes its copies stale. Per module, what reads it (candidates' derived weights,
+# dispatched models' plans): a parameter or submodule replaced in it makes those stale.
+# The lock orders additions against the hooks' snapshots (a WeakSet may not grow while
+# another thread iterates it).
+_LOCK = threading.Lock()
 _PREPARED: weakref.WeakSet[CandidateTransformer] = weakref.WeakSet()
+_READERS: weakref.WeakKeyDictionary[torch.nn.Module, weakref.WeakSet[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def watch_registrations(reader: Any, modules: Iterable[torch.nn.Module]) -> None:
+    """``reader.registration_changed()`` runs when a parameter or submodule is registered
+    on one of ``modules`` (``layer.weight = nn.Parameter(...)``, ``model.layers[0] =
+    layer``, ``add_module``): the reader is dropped with its last reference."""
+    with _LOCK:
+        for module in modules:
+            readers = _READERS.get(module)
+            if readers is None:
+                readers = _READERS[module] = weakref.WeakSet()
+            readers.add(reader)
 
 
 def _after_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -202,21 +220,24 @@ def _after_optimizer_step(optimizer: torch.optim.Optimizer, args: Any, kwargs: A
     if not _PREPARED:
         return
     stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for cand in list(_PREPARED):
+    with _LOCK:
+        prepared = list(_PREPARED)
+    for cand in prepared:
         if not cand._copied_ids.isdisjoint(stepped):
             cand.refresh()
 
 
 def _after_registration(module: torch.nn.Module, name: str, value: Any) -> None:
-    """A global ``nn.Module`` parameter and submodule registration hook (``layer.weight =
-    nn.Parameter(...)``, ``model.layers[0] = layer``): candidates that read a module of
-    which one was replaced remake their derived weights on their next call. Only module
-    construction and such replacements run it: no cost a call."""
-    if not _PREPARED:
+    """A global ``nn.Module`` parameter and submodule registration hook: the readers of
+    ``module`` hear of it. Only module construction and replacements run it (one
+    dictionary look-up each): no cost a call."""
+    if not _READERS:
         return None
-    for cand in list(_PREPARED):
-        if id(module) in cand._module_ids:
-            cand.refresh()
+    with _LOCK:
+        readers = _READERS.get(module)
+        readers = list(readers) if readers else []
+    for reader in readers:
+        reader.registration_changed()
     return None
 
 
@@ -266,7 +287,6 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         ("_per_thread", threading.local),
         ("_weights", lambda: None),
         ("_copied_ids", frozenset),
-        ("_module_ids", frozenset),
         # and no captured graphs, streams or fused-block copies (a copy captures its own)
         ("_graphs", dict),
         ("_streams", lambda: None),
@@ -289,7 +309,6 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         self._watched: list[Tensor] = []
         self._watched_sum = 0
         self._copied_ids: frozenset[int] = frozenset()  # of every copied parameter
-        self._module_ids: frozenset[int] = frozenset()  # of the modules the weights came from
         self._graphs: dict[tuple[Any, ...], _CapturedForward] = {}
         self._streams: list[torch.cuda.Stream] | None = None  # batch_streams > 1
         self._block: Any = None  # fused-block weights (views of the parameters)
@@ -359,6 +378,8 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         """The parameters changed (in place): derived weights and graphs are remade."""
         self._param_version += 1
 
+    registration_changed = refresh  # a parameter or submodule of ours replaced
+
     @property
     def guard_log(self) -> list[Any]:
         """Polynomial attention: the guard's decision for every layer (and batch chunk) of
@@ -412,10 +433,11 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
                     watched = copied if self.watch_edits else []
                     total = sum(before.get(id(t), -1) for t in watched)
                     self._copied_ids = frozenset(map(id, copied))
-                    self._module_ids = frozenset(map(id, self.modules()))
                     # optimizer steps over these parameters, and replacements in these
                     # modules, refresh it
-                    _PREPARED.add(self)
+                    with _LOCK:
+                        _PREPARED.add(self)
+                    watch_registrations(self, self.modules())
                     self._block = None
                     self._graphs.clear()  # graphs read derived weights of their version
                     # The weights first: a thread that sees the new sum reads them after.

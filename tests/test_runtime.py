@@ -246,6 +246,7 @@ def test_the_model_pickles_and_saves_like_the_reference(table, tmp_path) -> None
             pickle.loads(pickle.dumps(model)),
             _saved_and_loaded(model, tmp_path / "model.pt"),
         ):
+            assert not copy._devices and not copy._candidates  # this machine's, made anew
             assert torch.equal(copy(x), want)
             assert copy.last_route.plan == model.last_route.plan  # the tuned plan again
             with torch.no_grad():
@@ -282,6 +283,38 @@ def test_edits_after_the_first_call_are_served_watched_replaced_or_swapped(table
         ref.load_state_dict(model.state_dict())
         assert check_outputs(model(x), ref(x)).passed
         assert model.last_route.plan is not None  # still the tuned plan
+        swapped = torch.nn.LayerNorm(32)
+        with torch.no_grad():
+            swapped.weight.fill_(0.5)
+        model.add_module("final_norm", swapped)  # not through setattr
+        ref.load_state_dict(model.state_dict())
+        assert check_outputs(model(x), ref(x)).passed
+
+
+def test_a_module_replaced_while_a_first_call_resolves_is_not_served_stale(table) -> None:
+    """Another thread replaces a module while a call key's first call works out its route:
+    that call resolves again, and what it leaves behind reads the new module."""
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    resolve = model._resolve
+    calls = []
+
+    def meanwhile(*args):
+        calls.append(1)
+        served = resolve(*args)
+        if len(calls) == 1:  # the other thread, between the route and its storing
+            model.final_norm = torch.nn.LayerNorm(32, elementwise_affine=True)
+            with torch.no_grad():
+                model.final_norm.bias.fill_(-0.5)
+        return served
+
+    object.__setattr__(model, "_resolve", meanwhile)
+    with serving():
+        y = model(x)
+        ref.load_state_dict(model.state_dict())
+        assert len(calls) == 2 and check_outputs(y, ref(x)).passed
+        ((_route, cand),) = model._served.values()
+        assert cand.final_norm is model.final_norm
 
 
 def test_explain_names_the_dtype_and_a_broadcast_mask(table) -> None:

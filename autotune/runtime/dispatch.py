@@ -43,7 +43,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from autotune.build import CandidateTransformer, not_supported_reasons, refresh_after_load
+from autotune.build import (
+    CandidateTransformer,
+    not_supported_reasons,
+    refresh_after_load,
+    watch_registrations,
+)
 from autotune.core.device import DeviceInfo, detect_device
 from autotune.core.reference import (
     ReferenceTransformer,
@@ -212,6 +217,10 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         ("_routes", dict),
         ("_served", dict),
         ("_guards", dict),
+        # the devices' table checks are the loading machine's own
+        ("_devices", dict),
+        ("_fingerprint", lambda: None),
+        ("_generation", int),
     )
 
     def __init__(
@@ -237,12 +246,12 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
                 + ("a folder" if self.gate_cache.is_dir() else "in a folder that does not exist")
                 + "; give a JSON file's path in an existing folder, e.g. gate_cache='gates.json'"
             )
-        self._fingerprint: str | None = None  # of the weights, for gate verdicts
+        self._fingerprint: str | None  # of the weights, for gate verdicts (FRESH)
         # One-time gate verdicts per (case key, plan hash, device name): (passed, detail).
         self._gated: dict[str, tuple[bool, str]] = self._read_gate_cache()
         # Plans are shape-generic (graphs are captured per shape): one module per plan.
         self._candidates: dict[str, CandidateTransformer] = {}
-        self._devices: dict[torch.device, tuple[DeviceInfo, tuple[str, ...]]] = {}
+        self._devices: dict[torch.device, tuple[DeviceInfo, tuple[str, ...]]]  # FRESH
         self._routes: dict[tuple[Any, ...], Route] = {}
         # The steady state: per call key (shapes, dtypes, device, grad mode, flags), the
         # route and the module serving it, resolved once and then looked up.
@@ -269,13 +278,20 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         for cand in list(self._candidates.values()):
             cand.watch_edits = on
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        super().__setattr__(name, value)
-        if isinstance(value, torch.nn.Module | torch.nn.Parameter) and "_served" in self.__dict__:
-            # Our layers or final norm replaced: plans made on the old ones are not served.
-            self._drop_plans()
+    def _make_fresh(self) -> None:
+        super()._make_fresh()
+        # Our layers or final norm replaced (setattr, add_module): plans made on the old
+        # ones are dropped (a global registration hook; a copy registers itself here).
+        watch_registrations(self, [self])
+
+    def registration_changed(self) -> None:
+        self._drop_plans()
 
     def _drop_plans(self) -> None:
+        """Plans, routes and guard reports made on our modules dropped: the next calls
+        resolve again (a call resolving meanwhile sees the generation move, and resolves
+        again itself)."""
+        self._generation += 1
         self._candidates.clear()  # they read our parameters; graphs must be re-captured
         self._routes.clear()
         self._served.clear()
@@ -352,9 +368,12 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         if mask is not None and mask.dtype != torch.bool:
             reasons.append(f"mask dtype {mask.dtype} is not torch.bool")
         elif mask is not None and mask.shape != x.shape[:2]:
+            b, n = x.shape[:2]
+            fits = mask.dim() == 2 and mask.shape[0] in (1, b) and mask.shape[1] in (1, n)
             reasons.append(
-                f"a mask of shape {tuple(mask.shape)} is broadcast: plans take one of shape "
-                f"{tuple(x.shape[:2])}"
+                f"a mask of shape {tuple(mask.shape)} "
+                + ("is broadcast" if fits else "does not fit x")
+                + f": plans take one of shape {(b, n)}"
             )
         reasons += contract_problems()
         if not reasons:
@@ -592,8 +611,12 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             # One thread resolves (and gates) a key; its other callers wait for the route.
             with self._resolve_locks.setdefault(key, threading.Lock()):
                 served = self._served.get(key)
-                if served is None:
+                while served is None:
+                    generation = self._generation
                     served = self._served[key] = self._resolve(x, valid_token_mask)
+                    if self._generation != generation:  # our modules replaced meanwhile
+                        self._served.pop(key, None)
+                        served = None
         route, cand = served
         self._local.route = route
         if cand is None:
