@@ -213,15 +213,24 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
     FRESH = (
         ("_local", threading.local),
         ("_resolve_locks", dict),
+        # Plans are shape-generic (graphs are captured per shape): one module per plan hash
         ("_candidates", dict),
-        ("_routes", dict),
+        ("_routes", dict),  # per case key
+        # The steady state: per call key (shapes, dtypes, device, grad mode, flags), the
+        # route and the module serving it, resolved once and then looked up.
         ("_served", dict),
-        ("_guards", dict),
-        # the devices' table checks are the loading machine's own
-        ("_devices", dict),
-        ("_fingerprint", lambda: None),
-        ("_generation", int),
+        ("_guards", dict),  # per call key, what a guarded approximation last decided
+        ("_devices", dict),  # each device's table checks: the loading machine's own
+        ("_fingerprint", lambda: None),  # of the weights, for gate verdicts
+        ("_generation", int),  # moved by _drop_plans
     )
+    _candidates: dict[str, CandidateTransformer]
+    _routes: dict[tuple[Any, ...], Route]
+    _served: dict[tuple[Any, ...], tuple[Route, CandidateTransformer | None]]
+    _guards: dict[tuple[Any, ...], tuple[str, ...]]
+    _devices: dict[torch.device, tuple[DeviceInfo, tuple[str, ...]]]
+    _fingerprint: str | None
+    _generation: int
 
     def __init__(
         self,
@@ -246,20 +255,10 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
                 + ("a folder" if self.gate_cache.is_dir() else "in a folder that does not exist")
                 + "; give a JSON file's path in an existing folder, e.g. gate_cache='gates.json'"
             )
-        self._fingerprint: str | None  # of the weights, for gate verdicts (FRESH)
         # One-time gate verdicts per (case key, plan hash, device name): (passed, detail).
         self._gated: dict[str, tuple[bool, str]] = self._read_gate_cache()
-        # Plans are shape-generic (graphs are captured per shape): one module per plan.
-        self._candidates: dict[str, CandidateTransformer] = {}
-        self._devices: dict[torch.device, tuple[DeviceInfo, tuple[str, ...]]]  # FRESH
-        self._routes: dict[tuple[Any, ...], Route] = {}
-        # The steady state: per call key (shapes, dtypes, device, grad mode, flags), the
-        # route and the module serving it, resolved once and then looked up.
-        self._served: dict[tuple[Any, ...], tuple[Route, CandidateTransformer | None]] = {}
         self._warned = False  # the table refused as a whole: said once
         self._warned_contract = False  # a tuned entry skipped for the contract: said once
-        # Per call key, what a guarded approximation decided on its last call.
-        self._guards: dict[tuple[Any, ...], tuple[str, ...]] = {}
         self.register_load_state_dict_post_hook(refresh_after_load)
 
     _watch_edits = False
