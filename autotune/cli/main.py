@@ -46,7 +46,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv_text = [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)][1:]
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     with interrupt.early_signals():
-        return _run(args)
+        try:
+            check_args(args)
+            return int(args.func(args) or 0)
+        except KeyboardInterrupt as exc:
+            return _interrupted(args, getattr(exc, "kept", None))
+        except Exception as exc:
+            if interrupt.EARLY.is_set():  # a signal some import swallowed, then this
+                return _interrupted(args, None)
+            return _error_exit(args, exc)
 
 
 def entry() -> NoReturn:
@@ -55,18 +63,6 @@ def entry() -> NoReturn:
     code = main()
     interrupt.quiet_teardown()
     raise SystemExit(code)
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        check_args(args)
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt as exc:
-        return _interrupted(args, getattr(exc, "kept", None))
-    except Exception as exc:
-        if interrupt.EARLY.is_set():  # a signal some import swallowed, then this
-            return _interrupted(args, None)
-        return _error_exit(args, exc)
 
 
 def _interrupted(args: argparse.Namespace, kept: int | None) -> int:
