@@ -612,6 +612,31 @@ def test_validate_writes_the_entries_verified_here_as_a_new_table(
     assert cli(f"validate --table {table} --gpu cpu --quick --out {table}") == 2
 
 
+def test_validate_writes_another_profiles_table_as_this_profiles(
+    pipeline, tmp_path, capsys
+) -> None:
+    """Session 49 on an H100: tables/h200.py validated there was written as profile 'h200',
+    which buckets, unseen, report and plot on that H100 (profile h100) then refused. The
+    new table is the profile's it was validated under."""
+    from autotune.cli.common import check_table_profile
+
+    values: dict = {}
+    exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
+    foreign = tmp_path / "h100.py"
+    foreign.write_text(
+        render_table("h100", values["TABLE_VERSION"], values["PROVENANCE"], values["ENTRIES"])
+    )
+    assert load_table(foreign).profile == "h100"
+    out = tmp_path / "here.py"
+    code = cli(f"validate --table {foreign} --gpu cpu --quick --allow-reference --out {out}")
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    new = load_table(out)
+    assert new.usable and new.profile == "cpu", new.profile
+    assert new.provenance["validated_from"]["table"] == str(foreign)
+    check_table_profile(new, "cpu")  # what buckets, unseen, report and plot check
+
+
 def test_trials_store_constraints_where_the_dashboard_reads_them_and_knob_values(
     pipeline,
 ) -> None:

@@ -367,7 +367,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     )
     p.add_argument(
         "--out",
-        help="write the entries verified here as a new table with this device's provenance",
+        help="write the entries verified here as a new table for the profile validated "
+        "under (--gpu), with this device's provenance",
     )
     p.set_defaults(func=cmd_validate)
 

@@ -289,8 +289,9 @@ def write_verified_table(
     out: Path,
     command: str,
 ) -> tuple[Path, int]:
-    """The entries verified here as a new table (provenance: this device and stack, and
-    the table they came from); entries that do not hold here keep the reference."""
+    """The entries verified here as a new table for the profile validated under (provenance:
+    this device and stack, and the table they came from); entries that do not hold here
+    keep the reference."""
     from autotune.ship.export import table_provenance, write_table
     from autotune.ship.select import Winner
 
@@ -345,4 +346,7 @@ def write_verified_table(
         },
     )
     buckets = [c.bucket for c in validation.bucket_checks if c.bucket is not None]
-    return write_table(out, table.profile, provenance, winners, buckets=buckets)
+    # The new table is this device's (the profile validated under), not the given table's:
+    # an H200 table validated on an H100 is an 'h100' table, which bench and the other
+    # commands serving it on that device take.
+    return write_table(out, selection.profile.name, provenance, winners, buckets=buckets)
