@@ -465,3 +465,22 @@ def test_a_passing_plan_slower_than_the_reference_beyond_the_noise_is_said_so() 
     assert line(1.0, 1.25, 0.05).endswith("noise 5.0%, slower than the reference)")
     assert "slower" not in line(1.0, 1.02, 0.05)  # within the noise
     assert "slower" not in line(2.0, 1.0, 0.05)
+
+
+def test_report_names_the_study_and_profile_an_entrys_plan_came_from() -> None:
+    """Session 49: tables/h100.py's entries came from H200 studies, validated on the H100;
+    the report's 'from' column said 'study trial 2' as if an H100 study had picked them."""
+    from autotune.tools.report import _entry_source
+
+    study = "h200|1,128,128,4,128,4,causal,float32|gpu-54a0e4027765c195"
+    validated = {
+        "admitted": True,
+        "evidence": {"study": study, "trial": 2, "reason": "validated here: verified here: PASS"},
+    }
+    assert _entry_source(validated, "h100") == "h200 study trial 2, validated here"
+    incumbent = {"admitted": True, "evidence": {"study": study, "trial": 2, "reason": "kept"}}
+    assert _entry_source(incumbent, "h200") == "study trial 2"
+    assert _entry_source(incumbent, "h100") == "h200 study trial 2"
+    anchor = {"admitted": True, "evidence": {"study": "anchor sdpa", "trial": None}}
+    assert _entry_source(anchor, "h200") == "anchor sdpa"
+    assert _entry_source({"admitted": False, "evidence": {}}, "h200") == "reference kept"

@@ -798,7 +798,7 @@ def write_report(
                     "seeds": ev.get("correctness_seeds"),
                     "padded seeds": ev.get("padded_seeds"),
                     "worst budget share": ev.get("worst_budget_share"),
-                    "from": _entry_source(entry),
+                    "from": _entry_source(entry, profile),
                 }
             )
         from autotune.search.efficiency import markdown_for_people
@@ -991,15 +991,24 @@ def profile_studies(storage: Any, profile: str, case: str | None = None) -> list
     return sorted(studies.values(), key=lambda s: case_sort_key(trials.case_id_of(s)))
 
 
-def _entry_source(entry: Mapping[str, Any]) -> str:
-    """Where a table entry's plan came from: a study's trial, an anchor export measured
+def _entry_source(entry: Mapping[str, Any], profile: str) -> str:
+    """Where a table entry's plan came from: a study's trial (naming the study's profile
+    where it is not ``profile``'s, as for a table validated from another GPU's, and saying
+    so where the entry was validated here rather than selected), an anchor export measured
     beside the finalists, or the reference kept."""
     ev = entry.get("evidence", {})
     if not entry.get("admitted"):
         return "reference kept"
-    if ev.get("trial") is not None:
-        return f"study trial {ev['trial']}"
-    return str(ev.get("study") or "-")
+    study = str(ev.get("study") or "")
+    if ev.get("trial") is None:
+        return study or "-"
+    origin = study.split("|", 1)[0] if "|" in study else profile
+    text = f"study trial {ev['trial']}"
+    if origin != profile:
+        text = f"{origin} {text}"
+    if str(ev.get("reason", "")).startswith("validated here"):
+        text += ", validated here"
+    return text
 
 
 def table_winners(table: Any) -> dict[str, Winner]:
