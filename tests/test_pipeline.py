@@ -637,6 +637,23 @@ def test_validate_writes_another_profiles_table_as_this_profiles(
     check_table_profile(new, "cpu")  # what buckets, unseen, report and plot check
 
 
+def test_validate_refuses_an_out_it_would_replace_or_cannot_write_before_verifying(
+    pipeline, tmp_path, capsys
+) -> None:
+    """The README's command on an H100 names tables/h100.py, which a study's export may
+    already hold: validate never replaces a file, and says so before minutes of work."""
+    table = pipeline["table"]
+    existing = tmp_path / "h100.py"
+    existing.write_text("# a study's export\n")
+    assert cli(f"validate --table {table} --gpu cpu --quick --out {existing}") == 2
+    err = capsys.readouterr().err
+    assert f"--out '{existing}' exists" in err and "never replaces" in err, err
+    assert "case smoke" not in err  # refused before any entry was verified
+    assert existing.read_text() == "# a study's export\n"
+    assert cli(f"validate --table {table} --gpu cpu --quick --out {tmp_path}") == 2
+    assert "is a folder" in capsys.readouterr().err
+
+
 def test_trials_store_constraints_where_the_dashboard_reads_them_and_knob_values(
     pipeline,
 ) -> None:

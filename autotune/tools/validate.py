@@ -347,6 +347,6 @@ def write_verified_table(
     )
     buckets = [c.bucket for c in validation.bucket_checks if c.bucket is not None]
     # The new table is this device's (the profile validated under), not the given table's:
-    # an H200 table validated on an H100 is an 'h100' table, which bench and the other
-    # commands serving it on that device take.
+    # an H200 table validated on an H100 is an 'h100' table, as buckets, unseen, report and
+    # plot on that device want.
     return write_table(out, selection.profile.name, provenance, winners, buckets=buckets)
