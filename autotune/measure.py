@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -247,7 +248,9 @@ def steady_calls_sync_free(fn: Callable[[], Any], calls: int = 3) -> str:
     what synchronised."""
     verdict = "yes"
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
+    with warnings.catch_warnings():  # torch warns that the mode is a prototype, every time
+        warnings.filterwarnings("ignore", "Synchronization debug mode is a prototype")
+        torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(calls):
             fn()
