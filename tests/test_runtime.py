@@ -229,6 +229,10 @@ def test_inputs_the_reference_cannot_run_are_refused_saying_what_it_takes(table)
         ):
             assert check_outputs(model(x, broadcast), ref(x, broadcast)).passed
         assert check_outputs(model(x), ref(x)).passed  # the model still serves
+        assert model.last_route is not None
+        with pytest.raises(ValueError):
+            model(torch.randn(16, 32))
+        assert model.last_route is None  # a refused call went nowhere (was: the last route)
 
 
 def test_the_model_pickles_and_saves_like_the_reference(table, tmp_path) -> None:

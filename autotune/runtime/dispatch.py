@@ -299,7 +299,8 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
 
     @property
     def last_route(self) -> Route | None:
-        """Where this thread's last call went (None before its first call)."""
+        """Where this thread's last call went (None before its first call, and after a
+        call refused with ``ValueError`` or failing while its route was resolved)."""
         return getattr(self._local, "route", None)
 
     def refresh(self) -> None:
@@ -607,6 +608,7 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         key = _call_key(x, valid_token_mask)
         served = self._served.get(key)
         if served is None:
+            self._local.route = None  # until this call has one (a refused call goes nowhere)
             # One thread resolves (and gates) a key; its other callers wait for the route.
             with self._resolve_locks.setdefault(key, threading.Lock()):
                 served = self._served.get(key)
