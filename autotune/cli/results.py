@@ -68,17 +68,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).resolve() == Path(args.table).resolve():
         raise CliError(f"--out {args.out!r} is the table validated: write a new file")
     chosen = selection(args)
-    if args.out:  # before minutes of verification: a place it can write, and a new file
-        from autotune.ship.export import check_out
-
-        out = Path(args.out)
-        check_out(out, chosen.profile.name, fresh=True)  # a directory, an unwritable place
-        if out.exists():
-            raise CliError(
-                f"--out {args.out!r} exists; validate writes a new table and never replaces "
-                "a file (it may hold a study's export): give a path that does not exist, "
-                "or move that file away first"
-            )
+    # before minutes of verification (a folder or an unwritable place: check_outputs)
+    if args.out and Path(args.out).exists():
+        raise CliError(
+            f"--out {args.out!r} exists; validate writes a new table and never replaces "
+            "a file (it may hold a study's export): give a path that does not exist, "
+            "or move that file away first"
+        )
     cases = {c.id for c in select_cases(args.cases)} if args.cases else None
     held = sorted({str(e.get("case")) for e in table.entries.values()}, key=case_sort_key)
     if cases is not None and not cases & set(held):
