@@ -4,8 +4,8 @@
 # pass its variables through). On any other card: the README's path for a user whose GPU is
 # not the table's, measured: `autotune validate --table tables/h200.py --allow-reference
 # --out` re-verifies and re-times tables/h200.py's entries here (CASES, default 1-13: its
-# buckets are checked only without --cases) and writes those that hold as a table with this
-# device's provenance ($OUT/validated.py); then the device tests that serve a table made for
+# buckets are checked only without --cases) and writes those verified here as a table for
+# this card's profile, with its provenance ($OUT/validated.py); then the device tests that serve a table made for
 # this device (the shipped entries' and buckets' sync-free checks) run against it, and with
 # BENCH_CASES the new table's bench on this card beside the one-line anchor (ANCHORS), and
 # with UNSEEN=N N shapes the table has no entry for, served here (`autotune unseen`).

@@ -637,6 +637,27 @@ def test_validate_writes_another_profiles_table_as_this_profiles(
     check_table_profile(new, "cpu")  # what buckets, unseen, report and plot check
 
 
+def test_validate_says_which_entries_it_wrote_as_the_reference_and_which_it_left_out(
+    tmp_path, capsys
+) -> None:
+    """Session 49 printed '13 of 14 entries verified here; the others keep the reference'
+    for a table with no case-14 entry at all (skipped with --no-oracle: left out)."""
+    out = tmp_path / "here.py"
+    code = cli(
+        f"validate --table {ROOT / 'tables/h200.py'} --gpu cpu --cases 2,14 --no-oracle "
+        f"--allow-missing --allow-reference --out {out}"
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert (
+        "0 of 2 entries verified here; 1 written as the reference (not verified here); 1 "
+        "left out (skipped or never run here; the reference serves them)"
+    ) in printed, printed
+    new = load_table(out)
+    assert [e["case"] for e in new.entries.values()] == ["2"]  # case 14: no entry
+    assert not new.entries[next(iter(new.entries))]["admitted"]
+
+
 def test_validate_refuses_an_out_it_would_replace_or_cannot_write_before_verifying(
     pipeline, tmp_path, capsys
 ) -> None:

@@ -93,14 +93,22 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
         path, version = write_verified_table(table, result, chosen, Path(args.out), command)
-        # as write_verified_table admits them: timed here (an oracle-checked entry is not)
-        good = sum(
-            c.verdict in (HOLDS, VERIFIED_HERE) and c.outcome is not None for c in result.checks
-        )
-        print(
-            f"wrote {path} (table version {version}): {good} of {len(result.checks)} entries "
-            "verified here; the others keep the reference"
-        )
+        # as write_verified_table writes them: an entry checked here (with its key) is
+        # written, admitted where it held and was timed (an oracle-checked one is not)
+        written = [c for c in result.checks if c.key is not None and c.entry is not None]
+        good = sum(c.verdict in (HOLDS, VERIFIED_HERE) and c.outcome is not None for c in written)
+        parts = [f"{good} of {len(result.checks)} entries verified here"]
+        if len(written) > good:
+            parts.append(f"{len(written) - good} written as the reference (not verified here)")
+        if len(result.checks) > len(written):
+            parts.append(
+                f"{len(result.checks) - len(written)} left out (skipped or never run here; "
+                "the reference serves them)"
+            )
+        if result.bucket_checks:
+            kept = sum(c.bucket is not None for c in result.bucket_checks)
+            parts.append(f"{kept} of {len(result.bucket_checks)} buckets")
+        print(f"wrote {path} (table version {version}): {'; '.join(parts)}")
     return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
 
 
