@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 import autotune.judge.fullbatch as fullbatch
+from autotune.core.outcome import Outcome, OutcomeKind, TimingStats
 from autotune.core.profiles import get_profile, select_profile
 from autotune.core.reference import ACCURACY_SEEDS
 from autotune.judge.fullbatch import RouteRecord
@@ -24,10 +26,31 @@ def _case14_entry() -> tuple[tuple, dict]:
     return key, dict(entry)
 
 
-def _on_a_gpu(monkeypatch, failed: int = 0, error: str = "") -> list:
+class _Bench:
+    """Stands for the batch-subset bench a held entry is timed on (no device here)."""
+
+    made: ClassVar[list[str]] = []
+
+    def __init__(self, case, device) -> None:  # type: ignore[no-untyped-def]
+        _Bench.made.append(case.id)
+
+    def release(self) -> None:
+        pass
+
+
+def _timed(kind: OutcomeKind = OutcomeKind.PASSED) -> Outcome:
+    stats = TimingStats(1220.0, 29.7, 41.1, 0.002, 3, 49) if kind is OutcomeKind.PASSED else None
+    return Outcome(kind, timing=stats, seeds_checked=5, padded_seeds_checked=5)
+
+
+def _on_a_gpu(monkeypatch, failed: int = 0, error: str = "", subset: Outcome | None = None):
     """A CUDA selection whose oracle run is replaced by a record with ``failed`` elements
-    failed per seed; returns the calls (case, routes, seeds)."""
+    failed per seed, and whose timing on the oracle's batch subset gives ``subset`` (by
+    default a pass at 41.1x); returns the calls (case, routes, seeds) and the selection."""
     calls: list = []
+    _Bench.made = []
+    monkeypatch.setattr(v, "CaseBench", _Bench)
+    monkeypatch.setattr(v, "evaluate_plan", lambda *a, **k: subset or _timed())
 
     def fake(case, routes, *, seeds, log=print, **_):  # type: ignore[no-untyped-def]
         calls.append((case, routes, seeds))
@@ -60,6 +83,45 @@ def test_case14_is_verified_against_the_oracle_on_every_seed(monkeypatch) -> Non
     assert check.verdict == v.HOLDS, check.detail
     assert "0 failed of 500 elements over 5 seed(s)" in check.detail
     assert "table said" in check.detail and "no reference time" in check.detail
+    # held on the 5 seeds: timed as the export timed it, on the oracle's batch subset
+    assert _Bench.made == ["14"] and check.outcome is not None
+    assert "against the oracle on the batch subset" in check.detail
+    assert check.full_batch is not None and check.full_batch["failed"] == 0
+    assert check.full_batch["source"] == "verified by validate"
+
+
+def test_a_held_oracle_entry_is_re_issued_with_this_devices_whole_batch_evidence(
+    monkeypatch, tmp_path
+) -> None:
+    """Before, validate --out wrote case 14 as the reference ('no reference time here'),
+    and the dense reference cannot run that shape: a table validated on another GPU lost
+    its case-14 plan."""
+    key, entry = _case14_entry()
+    _, sel = _on_a_gpu(monkeypatch)
+    table = load_table(TABLE)
+    check = v.validate_entry(key, entry, sel, timing=None)  # type: ignore[arg-type]
+    result = v.Validation([check], [], [])
+    out = tmp_path / "here.py"
+    v.write_verified_table(table, result, sel, out, "autotune validate (test)")
+    new = load_table(out).entries[key]
+    assert new["admitted"] and new["plan"] == entry["plan"]
+    ev = new["evidence"]
+    assert ev["speedup"] == pytest.approx(41.1) and ev["correctness_seeds"] == 5
+    assert ev["full_batch"]["source"] == "verified by validate"
+    assert ev["full_batch"]["seeds"] == list(ACCURACY_SEEDS)
+
+
+def test_an_oracle_entry_is_not_re_issued_untimed_or_wrong_on_the_subset(monkeypatch) -> None:
+    key, entry = _case14_entry()
+    _, sel = _on_a_gpu(monkeypatch)  # --quick: one seed, so not timed and not re-issued
+    check = v.validate_entry(key, entry, sel, timing=None, oracle_seeds=ACCURACY_SEEDS[:1])  # type: ignore[arg-type]
+    assert check.verdict == v.HOLDS and check.outcome is None and _Bench.made == []
+    _, sel = _on_a_gpu(monkeypatch, subset=_timed(OutcomeKind.WRONG_RESULT))
+    check = v.validate_entry(key, entry, sel, timing=None)  # type: ignore[arg-type]
+    assert check.verdict == v.WRONG and "batch subset" in check.detail
+    _, sel = _on_a_gpu(monkeypatch, subset=_timed(OutcomeKind.OUT_OF_MEMORY))
+    check = v.validate_entry(key, entry, sel, timing=None)  # type: ignore[arg-type]
+    assert check.verdict == v.HOLDS and check.outcome is None and "not timed here" in check.detail
 
 
 def test_a_failed_element_makes_it_wrong_and_an_error_cannot_run(monkeypatch) -> None:

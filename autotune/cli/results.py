@@ -94,7 +94,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         command = "autotune validate " + " ".join(args.argv_text)
         path, version = write_verified_table(table, result, chosen, Path(args.out), command)
         # as write_verified_table writes them: an entry checked here (with its key) is
-        # written, admitted where it held and was timed (an oracle-checked one is not)
+        # written, admitted where it held and was timed here
         written = [c for c in result.checks if c.key is not None and c.entry is not None]
         good = sum(c.verdict in (HOLDS, VERIFIED_HERE) and c.outcome is not None for c in written)
         parts = [f"{good} of {len(result.checks)} entries verified here"]

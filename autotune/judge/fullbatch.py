@@ -502,6 +502,15 @@ def whole_batch_choice(
     return dataclasses.replace(winner, plan=plan, trial=None, reason=f"{winner.reason}; {note}")
 
 
+def full_batch_evidence(summary: dict[str, Any], source: str) -> dict[str, Any]:
+    """A whole-batch record (``RouteRecord.summary()``, or a row of an ``autotune long``
+    record) as a table entry's ``full_batch`` evidence, saying where it came from."""
+    return {k: summary.get(k) for k in FULL_BATCH_KEYS} | {
+        "source": source,
+        "oracle": summary.get("oracle") or {"query_chunk": 1024, "key_chunk": 4096},
+    }
+
+
 def verified_on_full_batch(
     winner: Any,
     case: Case,
@@ -526,10 +535,7 @@ def verified_on_full_batch(
             case, [Route(selection.profile.name, winner.plan, selection.device, cap)]
         )[0]
         found = record.summary() | {"source": "verified by this export"}
-    full = {k: found.get(k) for k in FULL_BATCH_KEYS} | {
-        "source": found["source"],
-        "oracle": found.get("oracle") or {"query_chunk": 1024, "key_chunk": 4096},
-    }
+    full = full_batch_evidence(found, found["source"])
     if not found.get("passed"):
         log(
             f"case {case.id}: {winner.plan.describe()} FAILED the whole batch "
