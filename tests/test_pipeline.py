@@ -651,7 +651,7 @@ def test_validate_says_which_entries_it_wrote_as_the_reference_and_which_it_left
     assert code == 0, printed
     assert (
         "0 of 2 entries verified here; 1 written as the reference (not verified here); 1 "
-        "left out (skipped or never run here; the reference serves them)"
+        "left out (skipped or never run here: the new table has no entry for them)"
     ) in printed, printed
     new = load_table(out)
     assert [e["case"] for e in new.entries.values()] == ["2"]  # case 14: no entry
@@ -667,9 +667,10 @@ def test_validate_refuses_an_out_it_would_replace_or_cannot_write_before_verifyi
     existing = tmp_path / "h100.py"
     existing.write_text("# a study's export\n")
     assert cli(f"validate --table {table} --gpu cpu --quick --out {existing}") == 2
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert f"--out '{existing}' exists" in err and "never replaces" in err, err
-    assert "case smoke" not in err  # refused before any entry was verified
+    assert "case smoke" not in captured.out  # refused before any entry was verified
     assert existing.read_text() == "# a study's export\n"
     assert cli(f"validate --table {table} --gpu cpu --quick --out {tmp_path}") == 2
     assert "is a folder" in capsys.readouterr().err

@@ -483,4 +483,6 @@ def test_report_names_the_study_and_profile_an_entrys_plan_came_from() -> None:
     assert _entry_source(incumbent, "h100") == "h200 study trial 2"
     anchor = {"admitted": True, "evidence": {"study": "anchor sdpa", "trial": None}}
     assert _entry_source(anchor, "h200") == "anchor sdpa"
+    anchor["evidence"]["reason"] = "validated here: verified here: PASS"
+    assert _entry_source(anchor, "h100") == "anchor sdpa, validated here"
     assert _entry_source({"admitted": False, "evidence": {}}, "h200") == "reference kept"

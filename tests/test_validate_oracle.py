@@ -82,10 +82,10 @@ def test_case14_is_verified_against_the_oracle_on_every_seed(monkeypatch) -> Non
     assert route.capacity_bytes is None  # the H200 profile on an H200: no cap
     assert check.verdict == v.HOLDS, check.detail
     assert "0 failed of 500 elements over 5 seed(s)" in check.detail
-    assert "table said" in check.detail and "no reference time" in check.detail
+    assert "table said" in check.detail and "no dense reference time" in check.detail
     # held on the 5 seeds: timed as the export timed it, on the oracle's batch subset
     assert _Bench.made == ["14"] and check.outcome is not None
-    assert "against the oracle on the batch subset" in check.detail
+    assert "against the streamed oracle on the bench's batch subset" in check.detail
     assert check.full_batch is not None and check.full_batch["failed"] == 0
     assert check.full_batch["source"] == "verified by validate"
 
@@ -121,7 +121,21 @@ def test_an_oracle_entry_is_not_re_issued_untimed_or_wrong_on_the_subset(monkeyp
     assert check.verdict == v.WRONG and "batch subset" in check.detail
     _, sel = _on_a_gpu(monkeypatch, subset=_timed(OutcomeKind.OUT_OF_MEMORY))
     check = v.validate_entry(key, entry, sel, timing=None)  # type: ignore[arg-type]
-    assert check.verdict == v.HOLDS and check.outcome is None and "not timed here" in check.detail
+    assert check.verdict == v.CANNOT_RUN and check.outcome is None  # exit 1 unless allowed
+    assert "batch subset" in check.detail
+    slow = Outcome(OutcomeKind.PASSED, timing=TimingStats(30.0, 29.7, 1.01, 0.05, 3, 49))
+    _, sel = _on_a_gpu(monkeypatch, subset=slow)  # within the noise of the oracle's time
+    check = v.validate_entry(key, entry, sel, timing=None)  # type: ignore[arg-type]
+    assert check.verdict == v.NO_LONGER_WINS and check.outcome is None
+
+    def no_room(case, device):  # type: ignore[no-untyped-def]
+        raise RuntimeError("CUDA out of memory. Tried to allocate 40.00 GiB\nmore")
+
+    _, sel = _on_a_gpu(monkeypatch)
+    monkeypatch.setattr(v, "CaseBench", no_room)
+    check = v.validate_entry(key, entry, sel, timing=None)  # type: ignore[arg-type]
+    assert check.verdict == v.CANNOT_RUN
+    assert check.detail.endswith("RuntimeError: CUDA out of memory. Tried to allocate 40.00 GiB")
 
 
 def test_a_failed_element_makes_it_wrong_and_an_error_cannot_run(monkeypatch) -> None:

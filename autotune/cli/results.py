@@ -102,8 +102,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             parts.append(f"{len(written) - good} written as the reference (not verified here)")
         if len(result.checks) > len(written):
             parts.append(
-                f"{len(result.checks) - len(written)} left out (skipped or never run here; "
-                "the reference serves them)"
+                f"{len(result.checks) - len(written)} left out (skipped or never run here: "
+                "the new table has no entry for them)"
             )
         if result.bucket_checks:
             kept = sum(c.bucket is not None for c in result.bucket_checks)

@@ -1001,11 +1001,12 @@ def _entry_source(entry: Mapping[str, Any], profile: str) -> str:
         return "reference kept"
     study = str(ev.get("study") or "")
     if ev.get("trial") is None:
-        return study or "-"
-    origin = study.split("|", 1)[0] if "|" in study else profile
-    text = f"study trial {ev['trial']}"
-    if origin != profile:
-        text = f"{origin} {text}"
+        text = study or "-"  # an anchor's export
+    else:
+        origin = study.split("|", 1)[0] if "|" in study else profile
+        text = f"study trial {ev['trial']}"
+        if origin != profile:
+            text = f"{origin} {text}"
     if str(ev.get("reason", "")).startswith("validated here"):
         text += ", validated here"
     return text
