@@ -58,8 +58,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.runtime import load_table
     from autotune.tools.validate import (
-        HOLDS,
-        VERIFIED_HERE,
         validate_table,
         write_verified_table,
     )
@@ -93,10 +91,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
         path, version = write_verified_table(table, result, chosen, Path(args.out), command)
-        # as write_verified_table writes them: an entry checked here (with its key) is
-        # written, admitted where it held and was timed here
-        written = [c for c in result.checks if c.key is not None and c.entry is not None]
-        good = sum(c.verdict in (HOLDS, VERIFIED_HERE) and c.outcome is not None for c in written)
+        written = [c for c in result.checks if c.written]
+        good = sum(c.reissued for c in written)
         parts = [f"{good} of {len(result.checks)} entries verified here"]
         if len(written) > good:
             parts.append(f"{len(written) - good} written as the reference (not verified here)")

@@ -55,6 +55,16 @@ class EntryCheck:
     entry: dict | None = None
     full_batch: dict | None = None  # an oracle-judged shape's whole-batch evidence, here
 
+    @property
+    def written(self) -> bool:
+        """Whether ``--out`` writes an entry for it (a skipped one has no key)."""
+        return self.key is not None and self.entry is not None
+
+    @property
+    def reissued(self) -> bool:
+        """Whether ``--out`` ships its plan: it held here and was timed here."""
+        return self.written and self.verdict in (HOLDS, VERIFIED_HERE) and self.outcome is not None
+
 
 def case_for_key(key: tuple, case_id: str | None) -> Case:
     """The registered case with this key (by the id the table recorded), else a custom one."""
@@ -352,11 +362,12 @@ def write_verified_table(
         raise ValueError(f"--out {str(out)!r} is the table validated: write a new file")
     winners = []
     for check in validation.checks:
-        if check.key is None or check.entry is None:
+        if not check.written:
             continue
+        assert check.key is not None and check.entry is not None
         ev = check.entry.get("evidence", {})
         o = check.outcome
-        admitted = check.verdict in (HOLDS, VERIFIED_HERE) and o is not None
+        admitted = check.reissued
         plan = Plan.from_dict(check.entry.get("plan", {})) if admitted else REFERENCE_PLAN
         reason = f"validated here: {check.verdict}: {check.detail}"
         if check.verdict in (HOLDS, VERIFIED_HERE) and o is None:
