@@ -676,6 +676,82 @@ def test_validate_refuses_an_out_it_would_replace_or_cannot_write_before_verifyi
     assert "is a folder" in capsys.readouterr().err
 
 
+def test_validate_update_replaces_the_validated_cases_and_keeps_the_rest(
+    pipeline, tmp_path, capsys
+) -> None:
+    """A long validation in parts (session 50: on an H100 the whole table with case 14 is
+    past one device call): --update replaces only the validated cases' entries of this
+    device's table at --out, keeps its other entries and its buckets, and numbers it on."""
+    from autotune.ship.export import write_entries
+
+    source = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math", "qkv": "packed"})
+    values: dict = {}
+    exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
+    smoke1 = (2, 16, 32, 2, 64, 2, True, "float32")
+    other = (8, 8, 16, 2, 16, 1, True, "float32")
+    rows = {"attention": "sdpa_math", "qkv": "separate"}
+    entries = dict(values["ENTRIES"])
+    own = dict(entries[smoke1]["evidence"], reason="the target's own")
+    entries[smoke1] = dict(entries[smoke1], admitted=False, evidence=own)
+    entries[other] = {
+        "admitted": True,
+        "case": "kept",
+        "plan": rows,
+        "plan_hash": Plan.from_dict(rows).hash,
+        "evidence": {"speedup": 9.0},
+    }
+    bucket = {
+        "dims": list(other[2:]),
+        "batch": [1, 8],
+        "seq": [8, 32],
+        "plan": rows,
+        "plan_hash": Plan.from_dict(rows).hash,
+        "from": "case kept",
+        "evidence": {"points": [{"batch": 1, "seq": 8}], "failed_elements": 0},
+    }
+    target = tmp_path / "target" / "cpu.py"
+    target.parent.mkdir()
+    _, version = write_entries(target, "cpu", values["PROVENANCE"], entries, [bucket])
+    before = load_table(target)
+    assert before.usable and len(before.buckets) == 1
+    command = f"validate --table {source} --gpu cpu --quick --cases smoke-1 --out {target}"
+    code = cli(command + " --update")
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    after = load_table(target)
+    assert after.usable and after.profile == "cpu" and after.version == version + 1, printed
+    assert after.entries[smoke1]["evidence"]["reason"].startswith("validated here")  # replaced
+    assert {k: after.entries[k] for k in entries if k != smoke1} == {
+        k: before.entries[k] for k in entries if k != smoke1
+    }  # smoke-3's and the other entry, as they were
+    assert list(after.buckets) == list(before.buckets)
+    assert after.provenance["updated_from"]["version"] == version
+    assert after.provenance["validated_from"]["table"] == str(source)
+    assert f"{len(entries) - 1} other entries of version {version} kept" in printed, printed
+    # Refused before anything is verified, the target untouched: no --out, no file, another
+    # profile's table, a table made on another stack.
+    text = target.read_text()
+    h200 = tmp_path / "h200.py"
+    write_entries(h200, "h200", values["PROVENANCE"], entries)
+    elsewhere = tmp_path / "elsewhere" / "cpu.py"
+    elsewhere.parent.mkdir()
+    stack = dict(values["PROVENANCE"], versions={"torch": "1.0.0", "triton": "1.0.0"})
+    write_entries(elsewhere, "cpu", stack, entries)
+    refusals = {
+        f"validate --table {source} --gpu cpu --quick --update": "--update needs --out",
+        command.replace(str(target), str(tmp_path / "none.py")) + " --update": "is not a file",
+        command.replace(str(target), str(h200)) + " --update": "is profile 'h200''s table",
+        command.replace(str(target), str(elsewhere)) + " --update": "the runtime refuses",
+        command: "exists; validate writes a new table",
+    }
+    for line, why in refusals.items():
+        assert cli(line) == 2, line
+        captured = capsys.readouterr()
+        assert why in captured.err and len(captured.err.strip().splitlines()) == 1, captured
+        assert "case smoke" not in captured.out
+    assert target.read_text() == text
+
+
 def test_trials_store_constraints_where_the_dashboard_reads_them_and_knob_values(
     pipeline,
 ) -> None:

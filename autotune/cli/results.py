@@ -58,6 +58,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.runtime import load_table
     from autotune.tools.validate import (
+        update_target,
         validate_table,
         write_verified_table,
     )
@@ -65,13 +66,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     table = load_table(args.table)
     if args.out and Path(args.out).resolve() == Path(args.table).resolve():
         raise CliError(f"--out {args.out!r} is the table validated: write a new file")
+    if args.update and not args.out:
+        raise CliError(
+            "--update needs --out: the table of this device whose entries for the validated "
+            "cases are replaced (e.g. --cases 14 --out tables/h100.py --update)"
+        )
     chosen = selection(args)
     # before minutes of verification (a folder or an unwritable place: check_outputs)
-    if args.out and Path(args.out).exists():
+    update = update_target(Path(args.out), chosen) if args.update else None
+    if args.out and Path(args.out).exists() and update is None:
         raise CliError(
             f"--out {args.out!r} exists; validate writes a new table and never replaces "
             "a file (it may hold a study's export): give a path that does not exist, "
-            "or move that file away first"
+            "or move that file away first (--update replaces only the validated cases' "
+            "entries of this device's table there)"
         )
     cases = {c.id for c in select_cases(args.cases)} if args.cases else None
     held = sorted({str(e.get("case")) for e in table.entries.values()}, key=case_sort_key)
@@ -90,7 +98,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     )
     if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
-        path, version = write_verified_table(table, result, chosen, Path(args.out), command)
+        path, version, kept_entries = write_verified_table(
+            table, result, chosen, Path(args.out), command, update=update
+        )
         written = [c for c in result.checks if c.written]
         good = sum(c.reissued for c in written)
         parts = [f"{good} of {len(result.checks)} entries verified here"]
@@ -99,8 +109,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
         if len(result.checks) > len(written):
             parts.append(
                 f"{len(result.checks) - len(written)} left out (skipped or never run here: "
-                "the new table has no entry for them)"
+                + (
+                    "its entries for them are kept"
+                    if update
+                    else "the new table has no entry for them"
+                )
+                + ")"
             )
+        if update is not None:
+            parts.append(f"{kept_entries} other entries of version {update.version} kept")
         if result.bucket_checks:
             kept = sum(c.bucket is not None for c in result.bucket_checks)
             parts.append(f"{kept} of {len(result.bucket_checks)} buckets")
@@ -380,6 +397,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--out",
         help="write the entries verified here as a new table for the profile validated "
         "under (--gpu), with this device's provenance",
+    )
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="--out is this device's table of that profile: replace only its entries for "
+        "the cases validated (e.g. --cases 14), keep its others, and keep its buckets "
+        "unless the whole table's were validated; a long validation done in parts",
     )
     p.set_defaults(func=cmd_validate)
 

@@ -188,11 +188,18 @@ def add_buckets(
     return path, version, buckets
 
 
-def check_out(path: Path, profile: str, fresh: bool) -> None:
-    """Refuse, before anything is measured, an ``--out`` that export could not write or
-    must not replace: a directory, an unwritable place, or (without ``--fresh``) a file
-    that is not this profile's intact table (another profile's table, an edited one, a
-    file of your own)."""
+def check_out(
+    path: Path,
+    profile: str,
+    fresh: bool,
+    who: str = "export",
+    fix: str = "give another --out, or pass --fresh to replace it",
+) -> None:
+    """Refuse, before anything is measured, an ``--out`` that ``who`` (export, buckets,
+    validate --update) could not write or must not replace: a directory, an unwritable
+    place, or (without ``--fresh``) a file that is not this profile's intact table
+    (another profile's table, an edited one, a file of your own); ``fix`` ends each
+    refusal of a file."""
 
     if not path.name:
         raise ValueError(f"--out {str(path)!r} is not a file path; give one such as "
@@ -208,23 +215,27 @@ def check_out(path: Path, profile: str, fresh: bool) -> None:
         return
     from autotune.runtime.table import load_table
 
-    fix = "give another --out, or pass --fresh to replace it"
     try:
         table = load_table(path)
     except ValueError as exc:
         why = str(exc).splitlines()[0][:200]
-        raise ValueError(f"--out {path} is not an autotune table ({why}); export never "
+        raise ValueError(f"--out {path} is not an autotune table ({why}); {who} never "
                          f"replaces another file: {fix}") from exc  # fmt: skip
     if table.profile != profile:
         raise ValueError(
-            f"--out {path} is profile {table.profile!r}'s table (version {table.version}); "
-            f"export --gpu {profile} writes tables/{profile}.py by default: {fix}"
+            f"--out {path} is profile {table.profile!r}'s table (version {table.version}), "
+            f"not {profile!r}'s"
+            + (
+                f" (export --gpu {profile} writes tables/{profile}.py by default)"
+                if who == "export"
+                else ""
+            )
+            + f": {fix}"
         )
     if table.problems:
         raise ValueError(
-            f"--out {path} fails its own checks ({'; '.join(table.problems)}); export never "
-            f"builds on an edited table: restore it (git checkout {path}), or pass --fresh "
-            "to replace it"
+            f"--out {path} fails its own checks ({'; '.join(table.problems)}); {who} never "
+            f"builds on an edited table: restore it (git checkout {path}), or {fix}"
         )
     if table.schema == SCHEMA_VERSION and path.read_text() != render_table(
         table.profile, table.version, dict(table.provenance), dict(table.entries),
@@ -232,7 +243,7 @@ def check_out(path: Path, profile: str, fresh: bool) -> None:
     ):  # fmt: skip
         raise ValueError(
             f"--out {path} was edited by hand (its values are intact, but comments or layout "
-            f"differ from what export wrote), and export would lose those edits: {fix}"
+            f"differ from what export wrote), and {who} would lose those edits: {fix}"
         )
 
 
@@ -465,6 +476,7 @@ def kept_buckets(
     entries: dict[tuple[Any, ...], Any],
     provenance: dict[str, Any],
     emit: Callable[[str], None],
+    rebuild: str = "--buckets",
 ) -> list[dict[str, Any]]:
     """The buckets of the table at ``--out`` that still hold without ``--buckets``: none if
     this export runs on another device or torch/triton (they were verified there only);
@@ -490,7 +502,7 @@ def kept_buckets(
     if stack_differs:
         emit(
             f"dropped the table's {len(old.buckets)} buckets: verified on {made.get('device')} "
-            f"with {made.get('versions')}, not here; rebuild them with --buckets"
+            f"with {made.get('versions')}, not here; rebuild them with {rebuild}"
         )
         return []
     # A bucket's plan was verified on its own (gate and reference at the corners and the
@@ -513,14 +525,14 @@ def kept_buckets(
     if len(keep) < len(old.buckets):
         emit(
             f"dropped {len(old.buckets) - len(keep)} buckets of dims where an entry is "
-            "served by the reference now; rebuild them with --buckets"
+            f"served by the reference now; rebuild them with {rebuild}"
         )
     stale = sum(tuple(b["dims"]) in changed for b in keep)
     if stale:
         emit(
             f"{stale} bucket(s) are of dims whose entries changed plan: kept (each was "
             "verified with its own plan), but chosen before the change; rebuild them with "
-            "--buckets to let them take the new plans"
+            f"{rebuild} to let them take the new plans"
         )
     if keep:
         provenance["buckets"] = made

@@ -340,17 +340,55 @@ def validate_table(
     return result
 
 
+def update_target(out: Path, selection: ProfileSelection) -> DispatchTable:
+    """The table ``validate --update`` writes into: an intact, unedited table at ``out`` of
+    the profile validated under, which the runtime serves on this device and stack (its
+    kept entries were verified here); ``ValueError`` (one line, the value and the fix)
+    otherwise, before anything is verified."""
+    from autotune.runtime.table import load_table
+    from autotune.ship.export import check_out
+
+    profile = selection.profile.name
+    if not out.is_file():
+        raise ValueError(
+            f"--update: --out {str(out)!r} is not a file; give the {profile!r} table whose "
+            "entries for the validated cases are replaced, or leave --update out to write "
+            "a new table"
+        )
+    fix = "give this device's table of that profile, or leave --update out and give a new --out"
+    check_out(out, profile, fresh=False, who="validate --update", fix=fix)
+    target = load_table(out)
+    problems = compatibility_problems(target, selection.device)
+    if problems:
+        raise ValueError(
+            f"--update: the runtime refuses {out} here ({'; '.join(problems)}): its entries "
+            f"were not verified on this device and stack, and would be kept beside ones that "
+            f"were: {fix}"
+        )
+    return target
+
+
 def write_verified_table(
     table: DispatchTable,
     validation: Validation,
     selection: ProfileSelection,
     out: Path,
     command: str,
-) -> tuple[Path, int]:
-    """The entries verified here as a new table for the profile validated under (provenance:
+    update: DispatchTable | None = None,
+    emit: Callable[[str], None] = print,
+) -> tuple[Path, int, int]:
+    """The entries verified here as a table for the profile validated under (provenance:
     this device and stack, and the table they came from); entries that do not hold here
-    keep the reference."""
-    from autotune.ship.export import table_provenance, write_table
+    keep the reference. ``update`` (the table at ``out``, ``update_target``): its entries
+    for the cases validated are replaced, its others kept as they are, and its buckets
+    kept as export keeps them unless this validation checked buckets of its own. Returns
+    (path, version, entries kept)."""
+    from autotune.ship.export import (
+        entries_from_winners,
+        kept_buckets,
+        table_provenance,
+        write_table,
+    )
     from autotune.ship.select import Winner
 
     if validation.integrity:
@@ -394,19 +432,36 @@ def write_verified_table(
                 full_batch=check.full_batch,  # as export keeps a failed one's
             )
         )
-    provenance = table_provenance(
-        selection,
-        command,
-        validated_from={
+    extra: dict = {
+        "validated_from": {
             "table": table.source,
             "version": table.version,
             "content_hash": table.content_hash,
             "versions": dict(table.provenance.get("versions", {})),
             "device": dict(table.provenance.get("device", {})),
-        },
-    )
+        }
+    }
+    kept: dict = {}
+    if update is not None:
+        replaced = {tuple(c.key) for c in validation.checks if c.written and c.key is not None}
+        kept = {tuple(k): dict(e) for k, e in update.entries.items() if tuple(k) not in replaced}
+        extra["updated_from"] = {
+            "table": update.source,
+            "version": update.version,
+            "content_hash": update.content_hash,
+            "command": update.provenance.get("command"),
+        }
+    provenance = table_provenance(selection, command, **extra)
     buckets = [c.bucket for c in validation.bucket_checks if c.bucket is not None]
+    if update is not None and not validation.bucket_checks:
+        final = kept | entries_from_winners(winners)
+        emulate = " --emulate" if selection.emulated else ""
+        rebuild = f"'autotune buckets --table {out} --gpu {selection.profile.name}{emulate}'"
+        buckets = kept_buckets(update, final, provenance, emit, rebuild=rebuild)
     # The new table is this device's (the profile validated under), not the given table's:
     # an H200 table validated on an H100 is an 'h100' table, as buckets, unseen, report and
     # plot on that device want.
-    return write_table(out, selection.profile.name, provenance, winners, buckets=buckets)
+    path, version = write_table(
+        out, selection.profile.name, provenance, winners, kept=kept, buckets=buckets
+    )
+    return path, version, len(kept)
