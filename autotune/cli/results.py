@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autotune.cli.common import (
     CliError,
@@ -16,6 +17,9 @@ from autotune.cli.common import (
     selection,
 )
 from autotune.core.files import write_atomic
+
+if TYPE_CHECKING:
+    from autotune.tools.validate import Validation, Written
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -57,11 +61,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.core.reference import ACCURACY_SEEDS
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.runtime import load_table
-    from autotune.tools.validate import (
-        update_target,
-        validate_table,
-        write_verified_table,
-    )
+    from autotune.tools.validate import update_target, validate_table, write_verified_table
 
     table = load_table(args.table)
     if args.out and Path(args.out).resolve() == Path(args.table).resolve():
@@ -74,6 +74,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     chosen = selection(args)
     # before minutes of verification (a folder or an unwritable place: check_outputs)
     update = update_target(Path(args.out), chosen) if args.update else None
+    if args.out and table.problems:
+        raise CliError(
+            f"--out: {table.source} fails its integrity check ({'; '.join(table.problems)}); "
+            "a table is only re-issued from an intact one: restore it, or leave --out out"
+        )
     if args.out and Path(args.out).exists() and update is None:
         raise CliError(
             f"--out {args.out!r} exists; validate writes a new table and never replaces "
@@ -95,34 +100,47 @@ def cmd_validate(args: argparse.Namespace) -> int:
         cases=cases,
         allow_reference=args.allow_reference,
         oracle_seeds=None if args.no_oracle else ACCURACY_SEEDS[: 1 if args.quick else None],
+        skip_buckets=f"--update keeps those of {args.out}" if update is not None else None,
     )
     if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
-        path, version, kept_entries = write_verified_table(
-            table, result, chosen, Path(args.out), command, update=update
-        )
-        written = [c for c in result.checks if c.written]
-        good = sum(c.reissued for c in written)
-        parts = [f"{good} of {len(result.checks)} entries verified here"]
-        if len(written) > good:
-            parts.append(f"{len(written) - good} written as the reference (not verified here)")
-        if len(result.checks) > len(written):
-            parts.append(
-                f"{len(result.checks) - len(written)} left out (skipped or never run here: "
-                + (
-                    "its entries for them are kept"
-                    if update
-                    else "the new table has no entry for them"
-                )
-                + ")"
-            )
-        if update is not None:
-            parts.append(f"{kept_entries} other entries of version {update.version} kept")
-        if result.bucket_checks:
-            kept = sum(c.bucket is not None for c in result.bucket_checks)
-            parts.append(f"{kept} of {len(result.bucket_checks)} buckets")
-        print(f"wrote {path} (table version {version}): {'; '.join(parts)}")
+        done = write_verified_table(table, result, chosen, Path(args.out), command, update=update)
+        print(_update_line(done, args.out) if update is not None else _written_line(done, result))
     return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
+
+
+def _written_line(done: Written, result: Validation) -> str:
+    """``validate --out``'s last line: what the new table holds of what was validated."""
+    written = [c for c in result.checks if c.written]
+    good = sum(c.reissued for c in written)
+    parts = [f"{good} of {len(result.checks)} entries verified here"]
+    if len(written) > good:
+        parts.append(f"{len(written) - good} written as the reference (not verified here)")
+    if len(result.checks) > len(written):
+        parts.append(
+            f"{len(result.checks) - len(written)} left out (skipped or never run here: "
+            "the new table has no entry for them)"
+        )
+    if result.bucket_checks:
+        kept = sum(c.bucket is not None for c in result.bucket_checks)
+        parts.append(f"{kept} of {len(result.bucket_checks)} buckets")
+    return f"wrote {done.path} (table version {done.version}): {'; '.join(parts)}"
+
+
+def _update_line(done: Written, out: str) -> str:
+    """``validate --out --update``'s last line: how each entry of the table there fared."""
+    counts = [
+        (done.replaced, "replaced by plans verified here"),
+        (done.added, "added, verified here"),
+        (done.added_reference, "added as the reference (nothing held here)"),
+        (done.demoted, "now the reference (the table's own plan failed here)"),
+        (done.held_own, "kept (the validated plan did not hold here)"),
+        (done.untouched, "other entries kept as they are"),
+    ]
+    parts = "; ".join(f"{n} {what}" for n, what in counts if n) or "no entries"
+    if done.path is None:
+        return f"nothing written to {out} (its version {done.version} stands): {parts}"
+    return f"updated {done.path} (table version {done.version}): {parts}"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

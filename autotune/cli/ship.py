@@ -76,7 +76,7 @@ def cmd_buckets(args: argparse.Namespace) -> int:
         )
         return 2
     out = Path(args.out or args.table)
-    check_out(out, chosen.profile.name, args.fresh)  # before any verification runs
+    check_out(out, chosen.profile.name, args.fresh, who="buckets")  # before any verification
     journal = Path(args.journal) if args.journal else None
     path, version, buckets = add_buckets(
         table, chosen, out, emit=lambda line: print(line, flush=True), journal=journal

@@ -298,7 +298,10 @@ def validate_table(
     cases: set[str] | None = None,
     allow_reference: bool = False,
     oracle_seeds: tuple[int, ...] | None = ACCURACY_SEEDS,
+    skip_buckets: str | None = None,
 ) -> Validation:
+    """Every entry (of ``cases``) verified and timed here, then, unless ``cases`` or
+    ``skip_buckets`` (why not) is given, every bucket."""
     integrity = list(table.problems)
     compatibility = compatibility_problems(table, selection.device)
     result = Validation([], integrity, compatibility)
@@ -325,9 +328,11 @@ def validate_table(
         )
         emit(f"case {check.case:<8} {check.verdict:<15} {check.plan}  {check.detail}")
         result.checks.append(check)
-    if table.buckets and cases is not None:
-        emit(f"{len(table.buckets)} buckets not checked (--cases selects entries only)")
-    for bucket in table.buckets if cases is None else ():
+    if cases is not None:
+        skip_buckets = skip_buckets or "--cases selects entries only"
+    if table.buckets and skip_buckets:
+        emit(f"{len(table.buckets)} buckets not checked ({skip_buckets})")
+    for bucket in table.buckets if not skip_buckets else ():
         bcheck = validate_bucket(dict(bucket), selection, result.refused)
         emit(f"bucket {bcheck.label}: {bcheck.verdict}: {bcheck.plan}  {bcheck.detail}")
         result.bucket_checks.append(bcheck)
@@ -368,6 +373,21 @@ def update_target(out: Path, selection: ProfileSelection) -> DispatchTable:
     return target
 
 
+@dataclasses.dataclass
+class Written:
+    """What ``write_verified_table`` did: the path and version written (None: nothing was,
+    an update that changes no entry), and for an update how each entry fared."""
+
+    path: Path | None
+    version: int
+    replaced: int = 0  # the table's entries replaced by plans verified here
+    added: int = 0  # plans verified here where the table had no entry
+    added_reference: int = 0  # the reference where the table had no entry (nothing held)
+    demoted: int = 0  # the table's own plan failed here: the reference serves instead
+    held_own: int = 0  # the validated plan did not hold here: the table's entry stays
+    untouched: int = 0  # the table's entries of cases not validated
+
+
 def write_verified_table(
     table: DispatchTable,
     validation: Validation,
@@ -376,13 +396,17 @@ def write_verified_table(
     command: str,
     update: DispatchTable | None = None,
     emit: Callable[[str], None] = print,
-) -> tuple[Path, int, int]:
+) -> Written:
     """The entries verified here as a table for the profile validated under (provenance:
     this device and stack, and the table they came from); entries that do not hold here
-    keep the reference. ``update`` (the table at ``out``, ``update_target``): its entries
-    for the cases validated are replaced, its others kept as they are, and its buckets
-    kept as export keeps them unless this validation checked buckets of its own. Returns
-    (path, version, entries kept)."""
+    keep the reference.
+
+    ``update`` (the table at ``out``, ``update_target``): an entry verified here replaces
+    its entry of that case; where the validated plan does not hold here the table's own
+    entry stays, unless it is that very plan and the plan was wrong or cannot run here (the
+    reference serves then); its other entries are kept as they are, its buckets as export
+    keeps them, and its provenance under ``updated_from``. Nothing is written where no entry
+    changes, or where the file changed while the validation ran (``ValueError``)."""
     from autotune.ship.export import (
         entries_from_winners,
         kept_buckets,
@@ -398,7 +422,7 @@ def write_verified_table(
         )
     if out.resolve() == Path(table.source).resolve():
         raise ValueError(f"--out {str(out)!r} is the table validated: write a new file")
-    winners = []
+    written: list[tuple[EntryCheck, Winner]] = []
     for check in validation.checks:
         if not check.written:
             continue
@@ -413,25 +437,24 @@ def write_verified_table(
                 "; not re-issued: not timed here (an oracle-judged shape is timed only after "
                 "its whole batch held on the 5 official seeds: not with --quick)"
             )
-        winners.append(
-            Winner(
-                case_id=check.case,
-                case_key=tuple(check.key),
-                plan=plan,
-                admitted=admitted,
-                reason=reason,
-                study=ev.get("study", ""),
-                trial=ev.get("trial"),
-                space_hash=ev.get("space_hash", ""),
-                timing=o.timing if admitted and o else None,
-                peak_memory_bytes=o.peak_memory_bytes if admitted and o else None,
-                ref_peak_memory_bytes=o.ref_peak_memory_bytes if admitted and o else None,
-                seeds=o.seeds_checked if admitted and o else 0,
-                padded_seeds=o.padded_seeds_checked if admitted and o else 0,
-                worst_budget_share=(o.report.budget_share if admitted and o and o.report else None),
-                full_batch=check.full_batch,  # as export keeps a failed one's
-            )
+        winner = Winner(
+            case_id=check.case,
+            case_key=tuple(check.key),
+            plan=plan,
+            admitted=admitted,
+            reason=reason,
+            study=ev.get("study", ""),
+            trial=ev.get("trial"),
+            space_hash=ev.get("space_hash", ""),
+            timing=o.timing if admitted and o else None,
+            peak_memory_bytes=o.peak_memory_bytes if admitted and o else None,
+            ref_peak_memory_bytes=o.ref_peak_memory_bytes if admitted and o else None,
+            seeds=o.seeds_checked if admitted and o else 0,
+            padded_seeds=o.padded_seeds_checked if admitted and o else 0,
+            worst_budget_share=(o.report.budget_share if admitted and o and o.report else None),
+            full_batch=check.full_batch,  # as export keeps a failed one's
         )
+        written.append((check, winner))
     extra: dict = {
         "validated_from": {
             "table": table.source,
@@ -441,27 +464,65 @@ def write_verified_table(
             "device": dict(table.provenance.get("device", {})),
         }
     }
-    kept: dict = {}
-    if update is not None:
-        replaced = {tuple(c.key) for c in validation.checks if c.written and c.key is not None}
-        kept = {tuple(k): dict(e) for k, e in update.entries.items() if tuple(k) not in replaced}
-        extra["updated_from"] = {
-            "table": update.source,
-            "version": update.version,
-            "content_hash": update.content_hash,
-            "command": update.provenance.get("command"),
-        }
-    provenance = table_provenance(selection, command, **extra)
-    buckets = [c.bucket for c in validation.bucket_checks if c.bucket is not None]
-    if update is not None and not validation.bucket_checks:
-        final = kept | entries_from_winners(winners)
-        emulate = " --emulate" if selection.emulated else ""
-        rebuild = f"'autotune buckets --table {out} --gpu {selection.profile.name}{emulate}'"
-        buckets = kept_buckets(update, final, provenance, emit, rebuild=rebuild)
     # The new table is this device's (the profile validated under), not the given table's:
     # an H200 table validated on an H100 is an 'h100' table, as buckets, unseen, report and
     # plot on that device want.
-    path, version = write_table(
-        out, selection.profile.name, provenance, winners, kept=kept, buckets=buckets
+    profile = selection.profile.name
+    if update is None:
+        buckets = [c.bucket for c in validation.bucket_checks if c.bucket is not None]
+        provenance = table_provenance(selection, command, **extra)
+        path, version = write_table(
+            out, profile, provenance, [w for _, w in written], buckets=buckets
+        )
+        return Written(path, version)
+    result = Written(None, update.version)
+    winners = []
+    for check, winner in written:
+        own = update.entries.get(tuple(winner.case_key))
+        if winner.admitted:
+            winners.append(winner)
+            if own is None:
+                result.added += 1
+            else:
+                result.replaced += 1
+        elif own is None:
+            winners.append(winner)
+            result.added_reference += 1
+        elif (
+            own.get("admitted")
+            and own.get("plan_hash") == Plan.from_dict((check.entry or {}).get("plan", {})).hash
+            and check.verdict in (WRONG, CANNOT_RUN)
+        ):
+            winners.append(winner)
+            result.demoted += 1
+        else:
+            result.held_own += 1
+    chosen = {tuple(w.case_key) for w in winners}
+    kept = {tuple(k): dict(e) for k, e in update.entries.items() if tuple(k) not in chosen}
+    result.untouched = len(kept) - result.held_own
+    if not winners:
+        return result
+    from autotune.runtime.table import load_table
+
+    now = load_table(out) if out.is_file() else None
+    if now is None or now.content_hash != update.content_hash or now.version != update.version:
+        raise ValueError(
+            f"--update: {out} changed while this validation ran (version {update.version} "
+            f"then, {now.version if now else 'no file'} now): nothing written; run the "
+            "validation again"
+        )
+    extra["updated_from"] = {
+        "table": update.source,
+        "version": update.version,
+        "content_hash": update.content_hash,
+        "provenance": dict(update.provenance),
+    }
+    provenance = table_provenance(selection, command, **extra)
+    emulate = " --emulate" if selection.emulated else ""
+    rebuild = f"'autotune buckets --table {out} --gpu {profile}{emulate}'"
+    final = kept | entries_from_winners(winners)
+    buckets = kept_buckets(update, final, provenance, emit, rebuild=rebuild)
+    result.path, result.version = write_table(
+        out, profile, provenance, winners, kept=kept, buckets=buckets
     )
-    return path, version, len(kept)
+    return result
