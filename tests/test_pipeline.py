@@ -755,6 +755,51 @@ def test_validate_update_replaces_the_validated_cases_and_keeps_the_rest(
     assert target.read_text() == text
 
 
+def test_a_validate_cut_short_resumes_from_its_journal(
+    pipeline, tmp_path, capsys, monkeypatch
+) -> None:
+    """On an H100 the whole table with case 14 validates in about 10 minutes, past one
+    device call: a cut run keeps each finished check in OUT.validate.jsonl, and the same
+    command again runs only the rest, then writes the table and removes the journal."""
+    from autotune.tools import validate as v
+
+    real = v.validate_entry
+    calls: list[str] = []
+
+    def cut_after_one(key, entry, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if calls:
+            raise KeyboardInterrupt  # Ctrl-C, or the call's time limit, mid-validation
+        calls.append(entry["case"])
+        return real(key, entry, *args, **kwargs)
+
+    monkeypatch.setattr(v, "validate_entry", cut_after_one)
+    out = tmp_path / "here.py"
+    command = f"validate --table {pipeline['table']} --gpu cpu --quick --out {out}"
+    assert cli(command) == 130
+    journal = tmp_path / "here.validate.jsonl"
+    assert not out.exists() and len(journal.read_text().splitlines()) == 1
+    (first,) = calls
+    capsys.readouterr()
+
+    def counted(key, entry, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(entry["case"])
+        return real(key, entry, *args, **kwargs)
+
+    monkeypatch.setattr(v, "validate_entry", counted)
+    assert cli(command) == 0
+    printed = capsys.readouterr().out
+    assert f"1 checks recorded in {journal}: not run again" in printed, printed
+    (line,) = [ln for ln in printed.splitlines() if ln.startswith(f"case {first} ")]
+    assert line.endswith(f"(as recorded in {journal})"), line
+    assert len(calls) == 2 and calls[1] != first  # only the other entry ran
+    assert load_table(out).usable and not journal.exists()
+    # A record made under another stamp (other code, device, table) is verified again.
+    out.unlink()
+    journal.write_text('{"key": {"entry": []}, "result": {}, "stamp": {"code": "old"}}\n')
+    assert cli(command) == 0
+    assert "1 line(s) of" in capsys.readouterr().out and len(calls) == 4
+
+
 def test_trials_store_constraints_where_the_dashboard_reads_them_and_knob_values(
     pipeline,
 ) -> None:

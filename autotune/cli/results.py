@@ -61,7 +61,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from autotune.core.reference import ACCURACY_SEEDS
     from autotune.measure import OFFICIAL_TIMING, STUDY_TIMING
     from autotune.runtime import load_table
-    from autotune.tools.validate import update_target, validate_table, write_verified_table
+    from autotune.tools.validate import (
+        update_target,
+        validate_journal,
+        validate_table,
+        write_verified_table,
+    )
 
     table = load_table(args.table)
     if args.out and Path(args.out).resolve() == Path(args.table).resolve():
@@ -93,19 +98,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"--cases {args.cases!r} names no entry of {table.source} (its entries: cases "
             f"{', '.join(held) or 'none'}); give one of them, or leave --cases out"
         )
+    timing = STUDY_TIMING if args.quick else OFFICIAL_TIMING
+    oracle_seeds = None if args.no_oracle else ACCURACY_SEEDS[: 1 if args.quick else None]
+    journal = None
+    if args.out:  # a run cut short resumes: the same command again
+        journal = validate_journal(Path(args.out), table, chosen, timing, oracle_seeds)
+        if journal.stale:
+            print(f"{journal.stale} line(s) of {journal.path} are of another table, device, "
+                  "code or protocol: verified again")  # fmt: skip
+        if journal.done:
+            print(f"{len(journal.done)} checks recorded in {journal.path}: not run again")
     result = validate_table(
         table,
         chosen,
-        STUDY_TIMING if args.quick else OFFICIAL_TIMING,
+        timing,
         cases=cases,
         allow_reference=args.allow_reference,
-        oracle_seeds=None if args.no_oracle else ACCURACY_SEEDS[: 1 if args.quick else None],
+        oracle_seeds=oracle_seeds,
         skip_buckets=f"--update keeps those of {args.out}" if update is not None else None,
+        journal=journal,
     )
     if args.out and (result.checks or result.bucket_checks):
         command = "autotune validate " + " ".join(args.argv_text)
         done = write_verified_table(table, result, chosen, Path(args.out), command, update=update)
         print(_update_line(done, args.out) if update is not None else _written_line(done, result))
+    if journal is not None:
+        journal.path.unlink(missing_ok=True)  # its checks are in the table (or said) now
     return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
 
 
@@ -414,7 +432,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument(
         "--out",
         help="write the entries verified here as a new table for the profile validated "
-        "under (--gpu), with this device's provenance",
+        "under (--gpu), with this device's provenance; each finished check is recorded "
+        "in OUT.validate.jsonl beside it, so the same command run again after a cut "
+        "resumes (removed once the table is written)",
     )
     p.add_argument(
         "--update",

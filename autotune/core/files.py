@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 def _new_file_mode() -> int:
@@ -254,3 +255,44 @@ def unwritable_folder(folder: str | Path) -> Path | None:
     if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
         return above
     return None
+
+
+class Journal:
+    """Finished verifications, one JSON line each, appended and fsynced as each ends: a
+    run cut short (a device call's time limit, Ctrl-C, a killed process) resumes from it
+    and verifies only what it had not finished (``autotune buckets``: rectangles;
+    ``autotune validate --out``: entries and buckets). A line counts only under the same
+    ``stamp`` (profile, emulation, device, software versions, code, and whatever else the
+    verification depends on): evidence from other code or another device is not reused.
+    ``key``: what one verification depends on besides the stamp (JSON). A torn last line
+    is ignored."""
+
+    def __init__(self, path: str | Path, stamp: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        self.stamp = json.loads(json.dumps(stamp, sort_keys=True, default=str))
+        self.done: dict[str, Any] = {}
+        self.stale = 0
+        if not self.path.is_file():
+            return
+        for line in self.path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+                key, result = record["key"], record["result"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line, cut mid-write
+            if record.get("stamp") != self.stamp:
+                self.stale += 1
+                continue
+            self.done[self._text(key)] = result
+
+    @staticmethod
+    def _text(key: Any) -> str:
+        return json.dumps(key, sort_keys=True, default=str)
+
+    def get(self, key: Any) -> Any:
+        return self.done.get(self._text(key))
+
+    def add(self, key: Any, result: Any) -> None:
+        record = {"stamp": self.stamp, "key": key, "result": result}
+        append_line(self.path, "", json.dumps(record, sort_keys=True, default=str) + "\n")
+        self.done[self._text(key)] = result

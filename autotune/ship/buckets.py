@@ -38,14 +38,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from autotune.core.device import DeviceInfo
-from autotune.core.files import append_line
+from autotune.core.files import Journal
 from autotune.core.reference import TransformerConfig
 from autotune.plan import Plan
 from autotune.runtime.buckets import Key, dims_of, shape_distance
@@ -464,40 +463,6 @@ def draft_key(draft: Draft) -> dict[str, Any]:
     }
 
 
-class Journal:
-    """Finished verifications, one JSON line each, appended and fsynced as each ends: a
-    buckets run cut short (a device call's time limit, Ctrl-C, a killed process) resumes
-    from it and verifies only the rectangles it had not finished. A line counts only under
-    the same ``stamp`` (profile, emulation, device, software versions, commit): evidence
-    from other code or another device is not reused. A torn last line is ignored."""
-
-    def __init__(self, path: str | Path, stamp: Mapping[str, Any]) -> None:
-        self.path = Path(path)
-        self.stamp = json.loads(json.dumps(stamp, sort_keys=True, default=str))
-        self.done: dict[str, Any] = {}
-        self.stale = 0
-        if not self.path.is_file():
-            return
-        for line in self.path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-                key, result = record["key"], record["result"]
-            except (ValueError, KeyError, TypeError):
-                continue  # a torn line, cut mid-write
-            if record.get("stamp") != self.stamp:
-                self.stale += 1
-                continue
-            self.done[json.dumps(key, sort_keys=True)] = result
-
-    def get(self, draft: Draft) -> Any:
-        return self.done.get(json.dumps(draft_key(draft), sort_keys=True))
-
-    def add(self, draft: Draft, result: Any) -> None:
-        record = {"stamp": self.stamp, "key": draft_key(draft), "result": result}
-        append_line(self.path, "", json.dumps(record, sort_keys=True, default=str) + "\n")
-        self.done[json.dumps(draft_key(draft), sort_keys=True)] = result
-
-
 def build_buckets(
     entries: Mapping[Key, Mapping[str, Any]],
     profile: str,
@@ -540,7 +505,7 @@ def build_buckets(
     while drafts:
         draft = drafts.pop(0)
         job = VerifyJob(draft, profile, emulated)
-        recorded = journal.get(draft) if journal is not None else None
+        recorded = journal.get(draft_key(draft)) if journal is not None else None
         if recorded is not None:
             result, problem = (recorded["bucket"], recorded["notes"]), ""
             emit(f"bucket {draft.label()}: as recorded in {journal.path}")  # type: ignore[union-attr]
@@ -549,7 +514,7 @@ def build_buckets(
         else:
             result, problem = verify_draft(job), ""
         if result is not None and recorded is None and journal is not None:
-            journal.add(draft, {"bucket": result[0], "notes": result[1]})
+            journal.add(draft_key(draft), {"bucket": result[0], "notes": result[1]})
         if result is None:
             emit(f"bucket {draft.label()}: not verified ({problem})")
             if draft.cells:  # a crash or device fault: its cells are tried one by one

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autotune.core.cases import Case, CaseKey, get_case, parse_custom
+from autotune.core.files import Journal
 from autotune.core.outcome import Outcome, OutcomeKind
 from autotune.core.profiles import ProfileSelection
 from autotune.core.reference import ACCURACY_SEEDS
@@ -299,9 +300,12 @@ def validate_table(
     allow_reference: bool = False,
     oracle_seeds: tuple[int, ...] | None = ACCURACY_SEEDS,
     skip_buckets: str | None = None,
+    journal: Journal | None = None,
 ) -> Validation:
     """Every entry (of ``cases``) verified and timed here, then, unless ``cases`` or
-    ``skip_buckets`` (why not) is given, every bucket."""
+    ``skip_buckets`` (why not) is given, every bucket. With a ``journal``
+    (``validate_journal``), each finished check is recorded as it ends, and one recorded
+    earlier is not run again (one that could not run here is tried again)."""
     integrity = list(table.problems)
     compatibility = compatibility_problems(table, selection.device)
     result = Validation([], integrity, compatibility)
@@ -320,21 +324,38 @@ def validate_table(
     def case_order(key: tuple[object, ...]) -> tuple[int, str]:
         return case_sort_key(str(table.entries[key].get("case", "")))
 
+    recorded = f" (as recorded in {journal.path})" if journal is not None else ""
     for key in sorted(table.entries, key=case_order):
         if cases is not None and table.entries[key].get("case") not in cases:
             continue
-        check = validate_entry(
-            key, dict(table.entries[key]), selection, timing, result.refused, oracle_seeds
-        )
-        emit(f"case {check.case:<8} {check.verdict:<15} {check.plan}  {check.detail}")
+        jkey = {"entry": list(key)}
+        done = journal.get(jkey) if journal is not None else None
+        if done is not None:
+            check = entry_check_from_json(done)
+        else:
+            check = validate_entry(
+                key, dict(table.entries[key]), selection, timing, result.refused, oracle_seeds
+            )
+            if journal is not None and check.verdict not in (CANNOT_RUN, SKIPPED):
+                journal.add(jkey, entry_check_to_json(check))  # a rerun does not redo it
+        note = recorded if done is not None else ""
+        emit(f"case {check.case:<8} {check.verdict:<15} {check.plan}  {check.detail}{note}")
         result.checks.append(check)
     if cases is not None:
         skip_buckets = skip_buckets or "--cases selects entries only"
     if table.buckets and skip_buckets:
         emit(f"{len(table.buckets)} buckets not checked ({skip_buckets})")
     for bucket in table.buckets if not skip_buckets else ():
-        bcheck = validate_bucket(dict(bucket), selection, result.refused)
-        emit(f"bucket {bcheck.label}: {bcheck.verdict}: {bcheck.plan}  {bcheck.detail}")
+        jkey = {"bucket": bucket}
+        done = journal.get(jkey) if journal is not None else None
+        if done is not None:
+            bcheck = BucketCheck(**done)
+        else:
+            bcheck = validate_bucket(dict(bucket), selection, result.refused)
+            if journal is not None and bcheck.verdict != CANNOT_RUN:
+                journal.add(jkey, dataclasses.asdict(bcheck))
+        note = recorded if done is not None else ""
+        emit(f"bucket {bcheck.label}: {bcheck.verdict}: {bcheck.plan}  {bcheck.detail}{note}")
         result.bucket_checks.append(bcheck)
     verdicts = (HOLDS, VERIFIED_HERE, NO_LONGER_WINS, WRONG, CANNOT_RUN, SKIPPED)
     emit(
@@ -343,6 +364,42 @@ def validate_table(
         )
     )
     return result
+
+
+def entry_check_to_json(check: EntryCheck) -> dict:
+    d = dataclasses.asdict(check) | {"outcome": check.outcome.to_json() if check.outcome else None}
+    d["key"] = list(check.key) if check.key is not None else None
+    return d
+
+
+def entry_check_from_json(data: dict) -> EntryCheck:
+    outcome = Outcome.from_json(data["outcome"]) if data.get("outcome") else None
+    key = tuple(data["key"]) if data.get("key") is not None else None
+    return EntryCheck(**(data | {"outcome": outcome, "key": key}))
+
+
+def validate_journal(
+    out: Path,
+    table: DispatchTable,
+    selection: ProfileSelection,
+    timing: TimingSettings,
+    oracle_seeds: tuple[int, ...] | None,
+) -> Journal:
+    """Where ``validate --out OUT`` records its finished checks (``OUT.validate.jsonl``,
+    beside it): the same command run again after a cut (a device call's time limit,
+    Ctrl-C) resumes there. A record counts for the same table content, device, software,
+    code, timing protocol and oracle seeds only."""
+    from autotune.ship.buckets import code_digest
+
+    env = selection.environment()
+    stamp = {k: env[k] for k in ("profile", "emulated", "device", "versions")}
+    stamp |= {
+        "code": code_digest(),
+        "table": table.content_hash,
+        "timing": dataclasses.asdict(timing),
+        "oracle_seeds": list(oracle_seeds) if oracle_seeds is not None else None,
+    }
+    return Journal(out.with_name(f"{out.stem}.validate.jsonl"), stamp)
 
 
 def update_target(out: Path, selection: ProfileSelection) -> DispatchTable:
