@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from autotune.core.cases import Case, CaseKey, get_case, parse_custom
 from autotune.core.files import Journal
@@ -261,6 +262,9 @@ def validate_bucket(
     return BucketCheck(draft.label(), plan.describe(), verdict, detail)
 
 
+_Check = TypeVar("_Check", "EntryCheck", "BucketCheck")
+
+
 @dataclasses.dataclass
 class Validation:
     """What ``validate_table`` found: each entry's check, and why the runtime refuses the
@@ -328,17 +332,16 @@ def validate_table(
     for key in sorted(table.entries, key=case_order):
         if cases is not None and table.entries[key].get("case") not in cases:
             continue
-        jkey = {"entry": list(key)}
-        done = journal.get(jkey) if journal is not None else None
-        if done is not None:
-            check = entry_check_from_json(done)
-        else:
-            check = validate_entry(
+        check, was = _journaled(
+            journal,
+            {"entry": list(key)},
+            lambda key=key: validate_entry(
                 key, dict(table.entries[key]), selection, timing, result.refused, oracle_seeds
-            )
-            if journal is not None and check.verdict not in (CANNOT_RUN, SKIPPED):
-                journal.add(jkey, entry_check_to_json(check))  # a rerun does not redo it
-        note = recorded if done is not None else ""
+            ),
+            entry_check_to_json,
+            entry_check_from_json,
+        )
+        note = recorded if was else ""
         emit(f"case {check.case:<8} {check.verdict:<15} {check.plan}  {check.detail}{note}")
         result.checks.append(check)
     if cases is not None:
@@ -346,15 +349,14 @@ def validate_table(
     if table.buckets and skip_buckets:
         emit(f"{len(table.buckets)} buckets not checked ({skip_buckets})")
     for bucket in table.buckets if not skip_buckets else ():
-        jkey = {"bucket": bucket}
-        done = journal.get(jkey) if journal is not None else None
-        if done is not None:
-            bcheck = BucketCheck(**done)
-        else:
-            bcheck = validate_bucket(dict(bucket), selection, result.refused)
-            if journal is not None and bcheck.verdict != CANNOT_RUN:
-                journal.add(jkey, dataclasses.asdict(bcheck))
-        note = recorded if done is not None else ""
+        bcheck, was = _journaled(
+            journal,
+            {"bucket": bucket},
+            lambda bucket=bucket: validate_bucket(dict(bucket), selection, result.refused),
+            dataclasses.asdict,
+            lambda d: BucketCheck(**d),
+        )
+        note = recorded if was else ""
         emit(f"bucket {bcheck.label}: {bcheck.verdict}: {bcheck.plan}  {bcheck.detail}{note}")
         result.bucket_checks.append(bcheck)
     verdicts = (HOLDS, VERIFIED_HERE, NO_LONGER_WINS, WRONG, CANNOT_RUN, SKIPPED)
@@ -364,6 +366,24 @@ def validate_table(
         )
     )
     return result
+
+
+def _journaled(
+    journal: Journal | None,
+    key: dict,
+    run: Callable[[], _Check],
+    dump: Callable[[_Check], dict],
+    load: Callable[[dict], _Check],
+) -> tuple[_Check, bool]:
+    """A check as ``journal`` recorded it (and True), else run now (and False) and
+    recorded unless it could not run or was skipped (a rerun tries those again)."""
+    done = journal.get(key) if journal is not None else None
+    if done is not None:
+        return load(done), True
+    check = run()
+    if journal is not None and check.verdict not in (CANNOT_RUN, SKIPPED):
+        journal.add(key, dump(check))
+    return check, False
 
 
 def entry_check_to_json(check: EntryCheck) -> dict:
