@@ -788,7 +788,7 @@ def test_a_validate_cut_short_resumes_from_its_journal(
     monkeypatch.setattr(v, "validate_entry", counted)
     assert cli(command) == 0
     printed = capsys.readouterr().out
-    assert f"1 checks recorded in {journal}: not run again" in printed, printed
+    assert f"1 checks recorded in {journal}: those of this run are not" in printed, printed
     (line,) = [ln for ln in printed.splitlines() if ln.startswith(f"case {first} ")]
     assert line.endswith(f"(as recorded in {journal})"), line
     assert len(calls) == 2 and calls[1] != first  # only the other entry ran

@@ -107,7 +107,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             print(f"{journal.stale} line(s) of {journal.path} are of another table, device, "
                   "code or protocol: verified again")  # fmt: skip
         if journal.done:
-            print(f"{len(journal.done)} checks recorded in {journal.path}: not run again")
+            print(f"{len(journal.done)} checks recorded in {journal.path}: those of this "
+                  "run are not run again")  # fmt: skip
     result = validate_table(
         table,
         chosen,

@@ -23,6 +23,7 @@ skips these entries (the oracle runs ~40 s a seed on an H200).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -409,6 +410,8 @@ def validate_journal(
     beside it): the same command run again after a cut (a device call's time limit,
     Ctrl-C) resumes there. A record counts for the same table content, device, software,
     code, timing protocol and oracle seeds only."""
+    from autotune.core.profiles import CPU_THREADS_ENV
+    from autotune.evaluate import FAULT_ENV
     from autotune.ship.buckets import code_digest
 
     env = selection.environment()
@@ -418,6 +421,8 @@ def validate_journal(
         "table": table.content_hash,
         "timing": dataclasses.asdict(timing),
         "oracle_seeds": list(oracle_seeds) if oracle_seeds is not None else None,
+        # CPU timing threads and (tests only) injected faults change verdicts too
+        "env": {k: os.environ.get(k) for k in (CPU_THREADS_ENV, FAULT_ENV)},
     }
     return Journal(out.with_name(f"{out.stem}.validate.jsonl"), stamp)
 
