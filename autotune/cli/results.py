@@ -440,9 +440,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     p.add_argument(
         "--update",
         action="store_true",
-        help="--out is this device's table of that profile: replace only its entries for "
-        "the cases validated (e.g. --cases 14), keep its others, and keep its buckets "
-        "unless the whole table's were validated; a long validation done in parts",
+        help="--out is this device's table of that profile: only its entries for the "
+        "cases validated change (e.g. --cases 14; a plan that does not hold here leaves "
+        "its own entry), its others and its buckets are kept (none checked); a long "
+        "validation done in parts",
     )
     p.set_defaults(func=cmd_validate)
 

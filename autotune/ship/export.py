@@ -194,12 +194,12 @@ def check_out(
     fresh: bool,
     who: str = "export",
     fix: str = "give another --out, or pass --fresh to replace it",
-) -> None:
+) -> Any:
     """Refuse, before anything is measured, an ``--out`` that ``who`` (export, buckets,
     validate --update) could not write or must not replace: a directory, an unwritable
     place, or (without ``--fresh``) a file that is not this profile's intact table
     (another profile's table, an edited one, a file of your own); ``fix`` ends each
-    refusal of a file."""
+    refusal of a file. Returns the table found there (None: no file, or ``fresh``)."""
 
     if not path.name:
         raise ValueError(f"--out {str(path)!r} is not a file path; give one such as "
@@ -212,7 +212,7 @@ def check_out(
         raise ValueError(f"--out {path}: {blocked} is not a writable directory; give a path "
                          "where a file can be written")  # fmt: skip
     if fresh or not path.exists():
-        return
+        return None
     from autotune.runtime.table import load_table
 
     try:
@@ -245,6 +245,7 @@ def check_out(
             f"--out {path} was edited by hand (its values are intact, but comments or layout "
             f"differ from what export wrote), and {who} would lose those edits: {fix}"
         )
+    return table
 
 
 def _intact_table(path: Path, profile: str) -> Any:

@@ -432,7 +432,6 @@ def update_target(out: Path, selection: ProfileSelection) -> DispatchTable:
     the profile validated under, which the runtime serves on this device and stack (its
     kept entries were verified here); ``ValueError`` (one line, the value and the fix)
     otherwise, before anything is verified."""
-    from autotune.runtime.table import load_table
     from autotune.ship.export import check_out
 
     profile = selection.profile.name
@@ -443,8 +442,7 @@ def update_target(out: Path, selection: ProfileSelection) -> DispatchTable:
             "a new table"
         )
     fix = "give this device's table of that profile, or leave --update out and give a new --out"
-    check_out(out, profile, fresh=False, who="validate --update", fix=fix)
-    target = load_table(out)
+    target = check_out(out, profile, fresh=False, who="validate --update", fix=fix)
     problems = compatibility_problems(target, selection.device)
     if problems:
         raise ValueError(
