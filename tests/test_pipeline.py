@@ -798,6 +798,13 @@ def test_a_validate_cut_short_resumes_from_its_journal(
     journal.write_text('{"key": {"entry": []}, "result": {}, "stamp": {"code": "old"}}\n')
     assert cli(command) == 0
     assert "1 line(s) of" in capsys.readouterr().out and len(calls) == 4
+    assert not journal.exists()
+    # Another table's run cut short into the same OUT keeps its records when this one ends.
+    out.unlink()
+    other = '{"key": {"entry": []}, "result": {}, "stamp": {"table": "another"}}\n'
+    journal.write_text(other)
+    assert cli(command) == 0 and len(calls) == 6
+    assert journal.read_text() == other
 
 
 def test_trials_store_constraints_where_the_dashboard_reads_them_and_knob_values(

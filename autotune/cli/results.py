@@ -105,7 +105,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         journal = validate_journal(Path(args.out), table, chosen, timing, oracle_seeds)
         if journal.stale:
             print(f"{journal.stale} line(s) of {journal.path} are of another table, device, "
-                  "code or protocol: verified again")  # fmt: skip
+                  "code or protocol: not used")  # fmt: skip
         if journal.done:
             print(f"{len(journal.done)} checks recorded in {journal.path}: those of this "
                   "run are not run again")  # fmt: skip
@@ -124,7 +124,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         done = write_verified_table(table, result, chosen, Path(args.out), command, update=update)
         print(_update_line(done, args.out) if update is not None else _written_line(done, result))
     if journal is not None:
-        journal.path.unlink(missing_ok=True)  # its checks are in the table (or said) now
+        # its checks are in the table (or said) now; another table's run may resume still
+        journal.finish(keep=lambda stamp: stamp.get("table") not in (None, journal.stamp["table"]))
     return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
 
 
@@ -435,7 +436,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="write the entries verified here as a new table for the profile validated "
         "under (--gpu), with this device's provenance; each finished check is recorded "
         "in OUT.validate.jsonl beside it, so the same command run again after a cut "
-        "resumes (removed once the table is written)",
+        "resumes (its records removed once the table is written; another table's, cut "
+        "short into the same OUT, stay)",
     )
     p.add_argument(
         "--update",

@@ -7,7 +7,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -296,3 +296,21 @@ class Journal:
         record = {"stamp": self.stamp, "key": key, "result": result}
         append_line(self.path, "", json.dumps(record, sort_keys=True, default=str) + "\n")
         self.done[self._text(key)] = result
+
+    def finish(self, keep: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+        """The run's results are written elsewhere now: its lines go, and with them those
+        of other stamps, except the ones ``keep(stamp)`` says another run may still resume
+        from (another table's run into the same file); the file goes once none is left."""
+        kept: list[str] = []
+        if keep is not None and self.path.is_file():
+            for line in self.path.read_text(errors="replace").splitlines():
+                try:
+                    stamp = json.loads(line)["stamp"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if stamp != self.stamp and keep(stamp):
+                    kept.append(line + "\n")
+        if kept:
+            write_atomic(self.path, "".join(kept))
+        else:
+            self.path.unlink(missing_ok=True)
