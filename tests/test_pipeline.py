@@ -1048,6 +1048,15 @@ def test_export_of_some_cases_keeps_the_other_entries_as_they_are(pipeline, tmp_
     assert after.usable and set(after.entries) == set(before)
     assert after.entries[smoke1] == before[smoke1]  # not selected again
     assert "--cases smoke-3" in after.provenance["command"]
+    # where the kept entry was made stays on record, one step deep however many exports
+    was = load_table(out)
+    assert after.provenance["updated_from"]["content_hash"] != after.content_hash
+    assert cli(f"export --gpu cpu --storage {pipeline['db']} --out {out!s} --cases smoke-3") == 0
+    again = load_table(out).provenance["updated_from"]
+    assert again["version"] == was.version and again["content_hash"] == was.content_hash
+    older = again["provenance"]["updated_from"]
+    assert set(older) == {"table", "version", "content_hash", "command"}, older
+    assert older["version"] == was.version - 1 and "provenance" not in older
     assert cli(f"export --gpu cpu --storage {pipeline['db']} --out {out!s} --cases smoke-2") == 2
     assert "no studies of profile 'cpu' for case(s) smoke-2" in capsys.readouterr().err
 

@@ -9,7 +9,7 @@ table.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from autotune.core.profiles import ProfileSelection
 from autotune.plan import EXPORT_ANCHORS, Plan
 from autotune.runtime.table import (
     SCHEMA_VERSION,
+    DispatchTable,
     canonical_payload,
     content_hash,
     read_table_file,
@@ -443,9 +444,10 @@ def export_table(
             else "reference"
         )
         emit(f"case {case.id}: {verdict} -- {winner.reason}")
-    provenance = table_provenance(
-        selection, export_command(selection, options), storage=options.storage_url
-    )
+    extra: dict[str, Any] = {"storage": options.storage_url}
+    if kept and old is not None:  # where the entries kept as they are were made
+        extra["updated_from"] = updated_from(old)
+    provenance = table_provenance(selection, export_command(selection, options), **extra)
     buckets: list[dict[str, Any]] = []
     if not options.buckets:
         buckets = kept_buckets(old, dict(kept) | entries_from_winners(winners), provenance, emit)
@@ -557,6 +559,25 @@ def export_command(selection: ProfileSelection, options: ExportOptions) -> str:
             else ""
         )
     )
+
+
+def updated_from(table: DispatchTable) -> dict[str, Any]:
+    """For the provenance of a table written over ``table`` keeping some of its entries
+    (``export --cases``, ``validate --update``): its path, version, content hash and
+    provenance, where the kept entries were made. That provenance's own ``updated_from``
+    is cut to its table, version, hash and command: one step of history, not a chain that
+    grows with every update."""
+    prov = dict(table.provenance)
+    older = prov.get("updated_from")
+    if isinstance(older, Mapping):
+        prov["updated_from"] = {k: older.get(k) for k in ("table", "version", "content_hash")}
+        prov["updated_from"]["command"] = (older.get("provenance") or {}).get("command")
+    return {
+        "table": table.source,
+        "version": table.version,
+        "content_hash": table.content_hash,
+        "provenance": prov,
+    }
 
 
 def table_provenance(selection: ProfileSelection, command: str, **extra: Any) -> dict[str, Any]:

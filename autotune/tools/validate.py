@@ -485,12 +485,13 @@ def write_verified_table(
     its entry of that case; where the validated plan does not hold here the table's own
     entry stays, unless it is that very plan and the plan was wrong or cannot run here (the
     reference serves then); its other entries are kept as they are, its buckets as export
-    keeps them, and its provenance under ``updated_from``. Nothing is written where no entry
+    keeps them, and its provenance under ``updated_from`` (``export.updated_from``). Nothing is written where no entry
     changes, or where the file changed while the validation ran (``ValueError``)."""
     from autotune.ship.export import (
         entries_from_winners,
         kept_buckets,
         table_provenance,
+        updated_from,
         write_table,
     )
     from autotune.ship.select import Winner
@@ -591,12 +592,7 @@ def write_verified_table(
             f"then, {now.version if now else 'no file'} now): nothing written; run the "
             "validation again"
         )
-    extra["updated_from"] = {
-        "table": update.source,
-        "version": update.version,
-        "content_hash": update.content_hash,
-        "provenance": dict(update.provenance),
-    }
+    extra["updated_from"] = updated_from(update)
     provenance = table_provenance(selection, command, **extra)
     emulate = " --emulate" if selection.emulated else ""
     rebuild = f"'autotune buckets --table {out} --gpu {profile}{emulate}'"
