@@ -485,8 +485,9 @@ def write_verified_table(
     its entry of that case; where the validated plan does not hold here the table's own
     entry stays, unless it is that very plan and the plan was wrong or cannot run here (the
     reference serves then); its other entries are kept as they are, its buckets as export
-    keeps them, and its provenance under ``updated_from`` (``export.updated_from``). Nothing is written where no entry
-    changes, or where the file changed while the validation ran (``ValueError``)."""
+    keeps them, and its provenance under ``updated_from`` (``export.updated_from``).
+    Nothing is written where no entry changes, or where the file changed while the
+    validation ran (``ValueError``)."""
     from autotune.ship.export import (
         entries_from_winners,
         kept_buckets,
