@@ -799,10 +799,14 @@ def test_a_validate_cut_short_resumes_from_its_journal(
     assert cli(command) == 0
     assert "1 line(s) of" in capsys.readouterr().out and len(calls) == 4
     assert not journal.exists()
-    # Another table's run cut short into the same OUT keeps its records when this one ends.
+    # Another table's run under this code, cut short into the same OUT (an --update run),
+    # keeps its records when this one ends; one under other code cannot resume: it goes.
+    from autotune.ship.buckets import code_digest
+
     out.unlink()
-    other = '{"key": {"entry": []}, "result": {}, "stamp": {"table": "another"}}\n'
-    journal.write_text(other)
+    line = '{{"key": {{"entry": []}}, "result": {{}}, "stamp": {{"code": "{}", "table": "b"}}}}\n'
+    other = line.format(code_digest())
+    journal.write_text(other + line.format("old"))
     assert cli(command) == 0 and len(calls) == 6
     assert journal.read_text() == other
 

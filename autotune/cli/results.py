@@ -124,8 +124,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
         done = write_verified_table(table, result, chosen, Path(args.out), command, update=update)
         print(_update_line(done, args.out) if update is not None else _written_line(done, result))
     if journal is not None:
-        # its checks are in the table (or said) now; another table's run may resume still
-        journal.finish(keep=lambda stamp: stamp.get("table") not in (None, journal.stamp["table"]))
+        # its checks are in the table (or said) now; another table's run under this code
+        # may still resume from its lines (an --update run into the same file)
+        own = journal.stamp
+        journal.finish(
+            keep=lambda stamp: (
+                stamp.get("table") not in (None, own["table"]) and stamp.get("code") == own["code"]
+            )
+        )
     return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
 
 
@@ -436,8 +442,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         help="write the entries verified here as a new table for the profile validated "
         "under (--gpu), with this device's provenance; each finished check is recorded "
         "in OUT.validate.jsonl beside it, so the same command run again after a cut "
-        "resumes (its records removed once the table is written; another table's, cut "
-        "short into the same OUT, stay)",
+        "resumes (its records removed once the table is written; those of another "
+        "table's --update run cut short into the same OUT stay)",
     )
     p.add_argument(
         "--update",

@@ -300,17 +300,29 @@ class Journal:
     def finish(self, keep: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
         """The run's results are written elsewhere now: its lines go, and with them those
         of other stamps, except the ones ``keep(stamp)`` says another run may still resume
-        from (another table's run into the same file); the file goes once none is left."""
-        kept: list[str] = []
-        if keep is not None and self.path.is_file():
-            for line in self.path.read_text(errors="replace").splitlines():
-                try:
-                    stamp = json.loads(line)["stamp"]
-                except (ValueError, KeyError, TypeError):
-                    continue
-                if stamp != self.stamp and keep(stamp):
-                    kept.append(line + "\n")
-        if kept:
-            write_atomic(self.path, "".join(kept))
-        else:
-            self.path.unlink(missing_ok=True)
+        from (another table's run into the same file); the file goes once none is left.
+        Rewritten in place under the lock appends take, so a line another run appends
+        meanwhile is kept or waits; one appended to the file as it is removed is lost (that
+        run verifies it again if it is cut and resumed)."""
+        try:
+            with self.path.open("r+b", buffering=0) as fh, _exclusive(fh):
+                kept: list[str] = []
+                text = fh.read().decode(errors="replace") if keep is not None else ""
+                for line in text.splitlines():
+                    try:
+                        stamp = json.loads(line)["stamp"]
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a torn line
+                    if isinstance(stamp, Mapping) and stamp != self.stamp and keep(stamp):
+                        kept.append(line + "\n")
+                if not kept:
+                    self.path.unlink(missing_ok=True)
+                    return
+                data = memoryview("".join(kept).encode())  # never longer than the file
+                fh.seek(0)
+                while data:
+                    data = data[fh.write(data) or 0 :]
+                fh.truncate()
+                os.fsync(fh.fileno())
+        except FileNotFoundError:
+            return

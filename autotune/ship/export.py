@@ -262,11 +262,10 @@ def _intact_table(path: Path, profile: str) -> Any:
     return table if table.profile == profile and table.usable else None
 
 
-def incumbents(path: Path, profile: str) -> dict[str, Incumbent]:
-    """Per case key, the plan the table at ``path`` already ships (if it is intact)."""
+def incumbents(table: DispatchTable | None) -> dict[str, Incumbent]:
+    """Per case key, the plan ``table`` (the intact table at ``--out``) already ships."""
     from autotune.core.cases import CaseKey
 
-    table = _intact_table(path, profile)
     if table is None:
         return {}
     out = {}
@@ -383,6 +382,8 @@ def export_table(
             f"run 'autotune study --gpu {profile}' first"
         )
     kept: dict[tuple[Any, ...], Any] = {}
+    # read once: the entries kept, the incumbents' table, its buckets and provenance
+    old = None if options.fresh else _intact_table(options.out, profile)
     if options.cases is not None:
         wanted = set(options.cases)
         studies = {k: st for k, st in studies.items() if trials.case_of(st).id in wanted}
@@ -393,18 +394,14 @@ def export_table(
                 f"{options.storage_url}; run 'autotune study --gpu {profile} --cases "
                 f"{','.join(missing)}' first"
             )
-        table = None if options.fresh else _intact_table(options.out, profile)
-        if table is not None:
+        if old is not None:
             from autotune.core.cases import CaseKey
 
             chosen = {trials.case_key_of(st) for st in studies.values()}
             kept = {
-                tuple(k): dict(e)
-                for k, e in table.entries.items()
-                if str(CaseKey(*k)) not in chosen
+                tuple(k): dict(e) for k, e in old.entries.items() if str(CaseKey(*k)) not in chosen
             }
-    held = incumbents(options.out, profile) if not options.fresh else {}
-    old = None if options.fresh else _intact_table(options.out, profile)
+    held = incumbents(old)
     winners = []
     failed: list[str] = []
     for study in studies.values():
@@ -564,9 +561,9 @@ def export_command(selection: ProfileSelection, options: ExportOptions) -> str:
 def updated_from(table: DispatchTable) -> dict[str, Any]:
     """For the provenance of a table written over ``table`` keeping some of its entries
     (``export --cases``, ``validate --update``): its path, version, content hash and
-    provenance, where the kept entries were made. That provenance's own ``updated_from``
-    is cut to its table, version, hash and command: one step of history, not a chain that
-    grows with every update."""
+    provenance (where the kept entries were made, or last kept). That provenance's own
+    ``updated_from`` is cut to its table, version, hash and command: one step of history,
+    not a chain that grows with every update."""
     prov = dict(table.provenance)
     older = prov.get("updated_from")
     if isinstance(older, Mapping):

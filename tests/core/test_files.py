@@ -12,6 +12,7 @@ import pytest
 
 from autotune.core import files
 from autotune.core.files import (
+    Journal,
     append_line,
     atomic_path,
     csv_rows,
@@ -221,3 +222,56 @@ def test_a_write_after_the_set_ended_in_a_copied_context_is_renamed_at_once(
     later.run(write_atomic, tmp_path / "late.md", "late")
     assert (tmp_path / "late.md").read_text() == "late"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["late.md"]
+
+
+def _record(stamp: object, key: int) -> str:
+    import json
+
+    return json.dumps({"stamp": stamp, "key": key, "result": key}) + "\n"
+
+
+def test_a_finished_journal_keeps_only_the_lines_another_run_may_resume_from(
+    tmp_path: Path,
+) -> None:
+    """``finish`` drops its own lines, torn lines and stamps that are not mappings; it keeps
+    what ``keep`` names, and removes the file once nothing is kept."""
+    path = tmp_path / "out.validate.jsonl"
+    own, other = {"table": "a"}, {"table": "b"}
+    lines = [_record(own, 1), _record(other, 2), '{"stamp": {"table": "b"}, "ke', _record(None, 3)]
+    path.write_text("".join(lines[:2]) + lines[2] + "\n" + _record("x", 4) + lines[3])
+    journal = Journal(path, own)
+    assert journal.get(1) == 1 and journal.stale == 3  # the other table, None, "x"
+    journal.finish(keep=lambda stamp: stamp.get("table") == "b")
+    assert path.read_text() == _record(other, 2)
+    resumed = Journal(path, other)
+    assert resumed.get(2) == 2 and resumed.stale == 0
+    resumed.finish(keep=lambda stamp: stamp.get("table") == "a")
+    assert not path.exists()
+    Journal(path, own).finish(keep=lambda stamp: True)  # no file: nothing to do
+
+
+def test_a_journal_finishing_while_another_run_appends_loses_none_of_its_lines(
+    tmp_path: Path,
+) -> None:
+    """Another run appends 300 records while this one finishes again and again: the
+    rewrite takes the appends' lock, so every one of the other run's lines is kept."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    path = tmp_path / "out.validate.jsonl"
+    path.write_text(_record({"table": "b"}, -1))  # never empty of kept lines: never removed
+    code = (
+        "import sys; from autotune.core.files import Journal\n"
+        "j = Journal(sys.argv[1], {'table': 'b'})\n"
+        "for i in range(300): j.add(i, i)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    child = subprocess.Popen([sys.executable, "-c", code, str(path)], env=env)
+    while child.poll() is None:
+        Journal(path, {"table": "a"}).add(0, 0)
+        Journal(path, {"table": "a"}).finish(keep=lambda stamp: stamp.get("table") == "b")
+    assert child.wait(120) == 0
+    kept = Journal(path, {"table": "b"})
+    assert set(kept.done) == {str(i) for i in range(-1, 300)} and kept.stale == 0
