@@ -185,7 +185,7 @@ def add_buckets(
     path, version = write_entries(
         out, table.profile, provenance, entries, buckets, source if source.is_file() else None
     )
-    journal_path.unlink(missing_ok=True)  # its evidence is in the table now
+    record.finish()  # its evidence is in the table now
     return path, version, buckets
 
 
