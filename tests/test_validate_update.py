@@ -137,3 +137,24 @@ def test_a_table_changed_while_the_validation_ran_is_not_overwritten(tables) -> 
     with pytest.raises(ValueError, match="changed while this validation ran"):
         v.write_verified_table(source, v.Validation(checks, [], []), SEL, target, "t", update)
     assert target.read_text() == text
+
+
+def test_updated_from_keeps_one_step_of_history_whichever_form_the_older_step_has() -> None:
+    """The old table's own updated_from is cut to path, version, hash and command, both
+    from the full form (with the provenance) and from the cut one tables/h100.py v3 has."""
+    from types import SimpleNamespace
+
+    from autotune.ship.export import updated_from
+
+    step = {"table": "t.py", "version": 2, "content_hash": "h2", "command": "autotune export"}
+    full = step | {"command": None, "provenance": {"command": "autotune export", "x": 1}}
+    for older in (step, full):
+        table = SimpleNamespace(
+            source="t.py",
+            version=3,
+            content_hash="h3",
+            provenance={"command": "autotune validate", "updated_from": older},
+        )
+        got = updated_from(table)  # type: ignore[arg-type]
+        assert got["version"] == 3 and got["provenance"]["command"] == "autotune validate"
+        assert got["provenance"]["updated_from"] == step, older

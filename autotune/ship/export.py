@@ -567,8 +567,11 @@ def updated_from(table: DispatchTable) -> dict[str, Any]:
     prov = dict(table.provenance)
     older = prov.get("updated_from")
     if isinstance(older, Mapping):
-        prov["updated_from"] = {k: older.get(k) for k in ("table", "version", "content_hash")}
-        prov["updated_from"]["command"] = (older.get("provenance") or {}).get("command")
+        cut = {k: older.get(k) for k in ("table", "version", "content_hash", "command")}
+        inner = older.get("provenance")  # the full form; tables/h100.py v3's is already cut
+        if isinstance(inner, Mapping):
+            cut["command"] = inner.get("command")
+        prov["updated_from"] = cut
     return {
         "table": table.source,
         "version": table.version,
