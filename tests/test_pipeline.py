@@ -811,6 +811,47 @@ def test_a_validate_cut_short_resumes_from_its_journal(
     assert journal.read_text() == other
 
 
+def test_a_validate_cut_after_writing_its_table_is_finished_by_the_same_command(
+    pipeline, tmp_path, capsys, monkeypatch
+) -> None:
+    """A cut between writing the table and removing the journal (the call's time limit at
+    that moment) left the journal beside the table, and the same command again was refused
+    (--out exists). Now it reports from the journal, writes nothing and removes the journal;
+    a journal with records newer than the table (a run cut mid-validation) is refused."""
+    import os
+
+    from autotune.core.files import Journal
+    from autotune.tools import validate as v
+
+    real_finish = Journal.finish
+
+    def cut(self, keep=None):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Journal, "finish", cut)
+    out = tmp_path / "here.py"
+    journal = tmp_path / "here.validate.jsonl"
+    command = f"validate --table {pipeline['table']} --gpu cpu --quick --out {out}"
+    assert cli(command) == 130
+    text, records = out.read_text(), journal.read_text()
+    assert load_table(out).usable and len(records.splitlines()) == 2
+    monkeypatch.setattr(Journal, "finish", real_finish)
+    capsys.readouterr()
+    calls: list[str] = []
+    monkeypatch.setattr(v, "validate_entry", lambda *a, **k: calls.append("ran"))
+    # the same table, but records newer than it: not this run's table; refused as before
+    os.utime(out, (1, 1))
+    assert cli(command) == 2 and "exists; validate writes a new table" in capsys.readouterr().err
+    assert journal.read_text() == records and not calls
+    os.utime(out)  # now again
+    assert cli(command) == 0
+    printed = capsys.readouterr().out
+    assert f"{out} already holds this run's table (version 1, written before" in printed
+    assert not calls and out.read_text() == text and not journal.exists()
+    # finished: the same command again is refused, as any existing --out is
+    assert cli(command) == 2 and "exists; validate writes" in capsys.readouterr().err
+
+
 def test_trials_store_constraints_where_the_dashboard_reads_them_and_knob_values(
     pipeline,
 ) -> None:

@@ -19,6 +19,7 @@ from autotune.cli.common import (
 from autotune.core.files import write_atomic
 
 if TYPE_CHECKING:
+    from autotune.runtime.table import DispatchTable
     from autotune.tools.validate import Validation, Written
 
 
@@ -84,7 +85,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"--out: {table.source} fails its integrity check ({'; '.join(table.problems)}); "
             "a table is only re-issued from an intact one: restore it, or leave --out out"
         )
-    if args.out and Path(args.out).exists() and update is None:
+    command = "autotune validate " + " ".join(args.argv_text)
+    timing = STUDY_TIMING if args.quick else OFFICIAL_TIMING
+    oracle_seeds = None if args.no_oracle else ACCURACY_SEEDS[: 1 if args.quick else None]
+    journal = None
+    if args.out:  # a run cut short resumes: the same command again
+        journal = validate_journal(Path(args.out), table, chosen, timing, oracle_seeds)
+    # this very command's table, written just before a cut ended the run (its records
+    # still in the journal): the rerun reports from them and writes nothing
+    finished = None
+    if journal is not None and journal.done:
+        finished = _written_before_cut(Path(args.out), journal.path, table, command)
+    if args.out and Path(args.out).exists() and update is None and finished is None:
         raise CliError(
             f"--out {args.out!r} exists; validate writes a new table and never replaces "
             "a file (it may hold a study's export): give a path that does not exist, "
@@ -98,11 +110,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"--cases {args.cases!r} names no entry of {table.source} (its entries: cases "
             f"{', '.join(held) or 'none'}); give one of them, or leave --cases out"
         )
-    timing = STUDY_TIMING if args.quick else OFFICIAL_TIMING
-    oracle_seeds = None if args.no_oracle else ACCURACY_SEEDS[: 1 if args.quick else None]
-    journal = None
-    if args.out:  # a run cut short resumes: the same command again
-        journal = validate_journal(Path(args.out), table, chosen, timing, oracle_seeds)
+    if journal is not None:
         if journal.stale:
             print(f"{journal.stale} line(s) of {journal.path} are of another table, device, "
                   "code or protocol: not used")  # fmt: skip
@@ -119,8 +127,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         skip_buckets=f"--update keeps those of {args.out}" if update is not None else None,
         journal=journal,
     )
-    if args.out and (result.checks or result.bucket_checks):
-        command = "autotune validate " + " ".join(args.argv_text)
+    if finished is not None:
+        print(
+            f"{args.out} already holds this run's table (version {finished.version}, "
+            "written before the run was cut): not written again"
+        )
+    elif args.out and (result.checks or result.bucket_checks):
         done = write_verified_table(table, result, chosen, Path(args.out), command, update=update)
         print(_update_line(done, args.out) if update is not None else _written_line(done, result))
     if journal is not None:
@@ -133,6 +145,26 @@ def cmd_validate(args: argparse.Namespace) -> int:
             )
         )
     return result.exit_code(allow_reference=args.allow_reference, allow_missing=args.allow_missing)
+
+
+def _written_before_cut(
+    out: Path, journal: Path, table: DispatchTable, command: str
+) -> DispatchTable | None:
+    """The table at ``out`` when this validation wrote it and was cut before removing its
+    journal's records: same command, same validated content, written after the journal's
+    last record (a run cut mid-validation leaves records newer than the table there)."""
+    from autotune.runtime import load_table
+
+    if not out.is_file() or out.stat().st_mtime < journal.stat().st_mtime:
+        return None
+    try:
+        written = load_table(out)
+    except ValueError:  # not a table: the refusal names the file
+        return None
+    source = written.provenance.get("validated_from") or {}
+    if written.problems or written.provenance.get("command") != command:
+        return None
+    return written if source.get("content_hash") == table.content_hash else None
 
 
 def _written_line(done: Written, result: Validation) -> str:
