@@ -595,6 +595,52 @@ def test_a_buckets_run_cut_short_resumes_from_its_journal(tmp_path, monkeypatch)
     assert stale.stale == 1 and not stale.done
 
 
+def test_a_buckets_run_cut_after_writing_its_table_is_finished_without_a_new_version(
+    tmp_path, monkeypatch
+) -> None:
+    """Cut between writing the table and clearing the journal, the same command again
+    takes every verification from the journal and writes the same table under the same
+    version (into another path and in place), then removes the journal."""
+    from autotune.cli.main import main
+    from autotune.ship.buckets import Journal as JournalClass
+    from autotune.ship.export import buckets_journal_path
+
+    entries = {k: v for k, v in ENTRIES.items() if k[2:] == DIMS}
+    path = _table(tmp_path, [], entries)
+    calls: list[object] = []
+
+    def evaluate(*a, **k):
+        calls.append(a)
+        return _outcome()
+
+    class Cut(Exception):
+        pass
+
+    def cut(self, *a, **k):
+        raise Cut
+
+    finish = JournalClass.finish
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", evaluate)
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", lambda fn, job: (fn(job), ""))
+    out = tmp_path / "out.py"
+    for command, written in (
+        (["buckets", "--table", str(path), "--gpu", "cpu", "--out", str(out)], out),
+        (["buckets", "--table", str(path), "--gpu", "cpu"], path),
+    ):
+        monkeypatch.setattr(JournalClass, "finish", cut)
+        with pytest.raises(Cut):
+            main(command)
+        first = load_table(written)
+        assert buckets_journal_path(written).exists() and first.buckets
+        monkeypatch.setattr(JournalClass, "finish", finish)
+        measured = len(calls)
+        assert main(command) == 0
+        again = load_table(written)
+        assert len(calls) == measured  # nothing verified twice
+        assert again.version == first.version and again.content_hash == first.content_hash
+        assert not buckets_journal_path(written).exists()
+
+
 def test_a_table_bucketed_into_another_path_follows_that_path_in_number(
     tmp_path, monkeypatch
 ) -> None:
