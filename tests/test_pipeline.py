@@ -538,7 +538,9 @@ def test_report_has_bench_anchors_evidence_cost_figures_and_notes(
     feasible = sum(1 for t in done if is_feasible(t) and counts(t))  # as the study line
     assert frame["feasible"].sum() == feasible and (frame["feasible"] <= frame["measured"]).all()
     # Not measured on the CPU (peak memory): "-", never "nan" or "None" in a cell
-    bench_rows = page.split("## Bench (official protocol)")[1].split("\n\n")[2]
+    bench = page.split("## Bench (official protocol)")[1].split("\n\n")
+    assert bench[2].startswith("The bench measured this table (content hash ")
+    bench_rows = bench[3]
     assert bench_rows.count("|") > 20 and "| -" in bench_rows
     assert not re.search(r"\|\s*(nan|None)\s*(?=\|)", page), page
     assert cli(f"report --gpu cpu --storage {pipeline['db']} --notes /no/such.md --out {out}") == 2

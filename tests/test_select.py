@@ -344,6 +344,45 @@ def test_bench_csv_of_an_older_version_is_rewritten_under_the_new_header(tmp_pat
     assert [r.case for r in read_csv(path)] == ["2", "7", "12"]
 
 
+def test_report_reads_a_resumed_bench_in_case_order_and_names_the_table_it_measured(
+    tmp_path,
+) -> None:
+    """A bench resumed over calls appends cases in the order it ran them (2, 3 first, then
+    1, ...): the report shows them by case number, a case's rows in their order. It says
+    which table the bench measured: this one, or another version whose routes are (or are
+    not) this table's entries' plans (a table re-issued with rebuilt buckets keeps them)."""
+    from types import SimpleNamespace
+
+    from autotune.tools.bench import BenchRow, append_csv
+    from autotune.tools.report import bench_frame, bench_table_markdown
+
+    one, two = Plan(attention="sdpa_math"), Plan(attention="sdpa_math", qkv="packed")
+    path = tmp_path / "bench.csv"
+    for case, plan, ms in (("12", two, 0.2), ("2", one, 0.1), ("10", one, 0.3), ("2", one, 0.4)):
+        route = f"plan {plan.hash}: {plan.describe()}"
+        append_csv(BenchRow(case, route, "PASS", 2.0, ms, 2.0 / ms, table_hash="h" * 64), path)
+    frame = bench_frame(path)
+    assert list(frame["case"]) == ["2", "2", "10", "12"]
+    assert list(frame["table_ms"][:2]) == [0.1, 0.4]  # a case's rows keep their order
+
+    def table(content_hash: str, plans: dict[str, Plan]) -> SimpleNamespace:
+        entries = {
+            (c,): {"case": c, "admitted": True, "plan": p.to_dict()} for c, p in plans.items()
+        }
+        return SimpleNamespace(content_hash=content_hash, version=7, entries=entries)
+
+    same = bench_table_markdown(frame, table("h" * 64, {}))
+    assert same[0] == f"The bench measured this table (content hash `{'h' * 16}`)."
+    kept = " ".join(bench_table_markdown(frame, table("k" * 64, {"2": one, "10": one, "12": two})))
+    assert f"content hash `{'h' * 16}`; this is version 7, `{'k' * 16}`" in kept
+    assert "cases 2, 10, 12 benched this table's entry plan" in kept
+    assert "its times stand for this table's entries" in kept
+    moved = " ".join(bench_table_markdown(frame, table("k" * 64, {"2": one, "10": two})))
+    assert "cases 2 benched this table's entry plan" in moved
+    assert f"cases 10 (plan {one.hash}), 12 (plan {two.hash}) benched a route" in moved
+    assert "bench this table again for them" in moved
+
+
 def test_report_holds_a_bench_against_an_earlier_one_at_either_runs_reference() -> None:
     """Two benches on hosts of different speed: the table's medians and the reference's
     case by case, and this run's table at the earlier run's reference times (session 23's

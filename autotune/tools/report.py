@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from autotune.core.cases import get_case
+from autotune.core.cases import case_sort_key, get_case
 from autotune.core.files import (
     atomic_path,
     save_figure,
@@ -21,6 +22,7 @@ from autotune.core.files import (
     write_atomic,
 )
 from autotune.core.outcome import HOST_HEADROOM, paced_by
+from autotune.plan import Plan
 from autotune.search import trials
 from autotune.tools.floors import CEILINGS, floor_of
 
@@ -280,7 +282,52 @@ def bench_frame(csv_path: str | Path) -> pd.DataFrame:
         )
     if "anchors" in frame:
         frame["anchors"] = frame["anchors"].fillna("{}").map(json.loads)
-    return frame
+    # case order, whatever order the run appended them in (a resumed bench, a bench of
+    # cases 2,3 first); stable, so a case's rows keep their order (the last one counts)
+    order = sorted(range(len(frame)), key=lambda i: case_sort_key(str(frame["case"].iloc[i])))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def bench_table_markdown(frame: pd.DataFrame, table: Any) -> list[str]:
+    """Which table the bench measured, against the one the report describes: the same
+    content, or another version of it and then per case whether the benched route is
+    this table's entry's plan (a table re-issued with new buckets keeps its entries)."""
+    if table is None or "table_hash" not in frame:
+        return []
+    hashes = [h for h in dict.fromkeys(frame["table_hash"].fillna("").astype(str)) if h]
+    if hashes == [table.content_hash]:
+        return [f"The bench measured this table (content hash `{table.content_hash[:16]}`).", ""]
+    benched = ", ".join(f"`{h[:16]}`" for h in hashes) or "none recorded"
+    plans = {
+        str(e.get("case")): Plan.from_dict(e.get("plan", {})).hash
+        for e in table.entries.values()
+        if e.get("admitted") and e.get("case") is not None
+    }
+    same, other = [], []
+    for _, row in frame.drop_duplicates("case", keep="last").iterrows():
+        route = row.get("route") if isinstance(row.get("route"), str) else ""
+        match = re.match(r"plan (\w+):", route)
+        case = str(row["case"])
+        if match and plans.get(case) == match.group(1):
+            same.append(case)
+        else:
+            other.append(f"{case} ({route.split(':')[0] or 'no route'})")
+    held = (
+        f"cases {', '.join(same)} benched this table's entry plan"
+        if same
+        else "no case benched this table's entry plan"
+    )
+    rest = (
+        f"; cases {', '.join(other)} benched a route this table's entry does not hold: "
+        "bench this table again for them"
+        if other
+        else "; its times stand for this table's entries (not for its buckets)"
+    )
+    line = (
+        f"The bench measured another version of this table (content hash {benched}; this "
+        f"is version {table.version}, `{table.content_hash[:16]}`): {held}{rest}."
+    )
+    return [line, ""]
 
 
 def bench_history_markdown(
@@ -747,6 +794,7 @@ def write_report(
                 else ""
             ),
             "",
+            *bench_table_markdown(frame, table),
             _markdown(shown),
             "",
         ]
