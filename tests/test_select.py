@@ -375,12 +375,18 @@ def test_report_reads_a_resumed_bench_in_case_order_and_names_the_table_it_measu
     assert same[0] == f"The bench measured this table (content hash `{'h' * 16}`)."
     kept = " ".join(bench_table_markdown(frame, table("k" * 64, {"2": one, "10": one, "12": two})))
     assert f"content hash `{'h' * 16}`; this is version 7, `{'k' * 16}`" in kept
-    assert "cases 2, 10, 12 benched this table's entry plan" in kept
+    assert "cases 2, 10, 12 benched this table's entry;" in kept
     assert "its times stand for this table's entries" in kept
     moved = " ".join(bench_table_markdown(frame, table("k" * 64, {"2": one, "10": two})))
-    assert "cases 2 benched this table's entry plan" in moved
+    assert "case 2 benched this table's entry;" in moved
     assert f"cases 10 (plan {one.hash}), 12 (plan {two.hash}) benched a route" in moved
     assert "bench this table again for them" in moved
+    import pandas as pd  # an entry that keeps the reference, benched as the reference
+
+    kept_ref = pd.DataFrame([{"case": "5", "route": "reference", "table_hash": "h" * 64}])
+    held = table("k" * 64, {})
+    held.entries[("5",)] = {"case": "5", "admitted": False, "plan": {}}
+    assert "case 5 benched this table's entry;" in bench_table_markdown(kept_ref, held)[0]
 
 
 def test_report_holds_a_bench_against_an_earlier_one_at_either_runs_reference() -> None:

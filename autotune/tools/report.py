@@ -298,27 +298,35 @@ def bench_table_markdown(frame: pd.DataFrame, table: Any) -> list[str]:
     if hashes == [table.content_hash]:
         return [f"The bench measured this table (content hash `{table.content_hash[:16]}`).", ""]
     benched = ", ".join(f"`{h[:16]}`" for h in hashes) or "none recorded"
+    # each entry's route as the bench names it: its plan's hash, or the reference it keeps
     plans = {
         str(e.get("case")): Plan.from_dict(e.get("plan", {})).hash
+        if e.get("admitted")
+        else "reference"
         for e in table.entries.values()
-        if e.get("admitted") and e.get("case") is not None
+        if e.get("case") is not None
     }
     same, other = [], []
     for _, row in frame.drop_duplicates("case", keep="last").iterrows():
         route = row.get("route") if isinstance(row.get("route"), str) else ""
         match = re.match(r"plan (\w+):", route)
+        served = match.group(1) if match else route.split(" ")[0]
         case = str(row["case"])
-        if match and plans.get(case) == match.group(1):
+        if served and plans.get(case) == served:
             same.append(case)
         else:
             other.append(f"{case} ({route.split(':')[0] or 'no route'})")
+
+    def cases(names: list[str]) -> str:
+        return ("case " if len(names) == 1 else "cases ") + ", ".join(names)
+
     held = (
-        f"cases {', '.join(same)} benched this table's entry plan"
+        f"{cases(same)} benched this table's entry"
         if same
-        else "no case benched this table's entry plan"
+        else "no case benched this table's entry"
     )
     rest = (
-        f"; cases {', '.join(other)} benched a route this table's entry does not hold: "
+        f"; {cases(other)} benched a route this table's entry does not hold: "
         "bench this table again for them"
         if other
         else "; its times stand for this table's entries (not for its buckets)"
