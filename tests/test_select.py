@@ -367,7 +367,8 @@ def test_report_reads_a_resumed_bench_in_case_order_and_names_the_table_it_measu
 
     def table(content_hash: str, plans: dict[str, Plan]) -> SimpleNamespace:
         entries = {
-            (c,): {"case": c, "admitted": True, "plan": p.to_dict()} for c, p in plans.items()
+            (c,): {"case": c, "admitted": True, "plan": p.to_dict(), "plan_hash": p.hash}
+            for c, p in plans.items()
         }
         return SimpleNamespace(content_hash=content_hash, version=7, entries=entries)
 

@@ -22,7 +22,6 @@ from autotune.core.files import (
     write_atomic,
 )
 from autotune.core.outcome import HOST_HEADROOM, paced_by
-from autotune.plan import Plan
 from autotune.search import trials
 from autotune.tools.floors import CEILINGS, floor_of
 
@@ -300,9 +299,7 @@ def bench_table_markdown(frame: pd.DataFrame, table: Any) -> list[str]:
     benched = ", ".join(f"`{h[:16]}`" for h in hashes) or "none recorded"
     # each entry's route as the bench names it: its plan's hash, or the reference it keeps
     plans = {
-        str(e.get("case")): Plan.from_dict(e.get("plan", {})).hash
-        if e.get("admitted")
-        else "reference"
+        str(e.get("case")): e.get("plan_hash") if e.get("admitted") else "reference"
         for e in table.entries.values()
         if e.get("case") is not None
     }
