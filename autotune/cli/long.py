@@ -61,13 +61,13 @@ def cmd_long(args: argparse.Namespace) -> int:
         verdict = "PASS" if s["passed"] else "FAIL"
         wall = f"{s['median_wall_s']:.3f} s" if s["median_wall_s"] is not None else "-"
         peak = f"{s['peak_memory_bytes'] / 2**30:.2f} GiB" if s["peak_memory_bytes"] else "-"
-        worst = s["worst_budget_share"]
+        err = f"{s['max_abs_err']:.3g}" if s["max_abs_err"] is not None else "-"
+        worst = f"{s['worst_budget_share']:.4f}" if s["worst_budget_share"] is not None else "-"
         print(
             f"{verdict} case {s['case']} {s['label']}{scaled}: median {wall} per forward, "
             f"peak {peak}, "
             f"{s['failed']} failed of {s['elements']} elements over {len(s['seeds'])} seeds, "
-            f"max abs err {s['max_abs_err']:.3g}, worst "
-            f"{worst:.4f} of the allowance"
+            f"max abs err {err}, worst {worst} of the allowance"
             + (
                 f", guard {s['guard_paths']} (max spread {s['guard_max_spread']:.3g})"
                 if s["guard_paths"]

@@ -623,3 +623,20 @@ def test_long_refuses_a_batch_host_memory_cannot_hold(monkeypatch, capsys) -> No
     err = capsys.readouterr().err
     assert "case 14's whole batch needs 36.6 GiB of host memory at least" in err
     assert "this machine has 24.0 GiB" in err
+
+
+def test_long_cli_prints_a_route_that_could_not_build_with_its_reason(tmp_path, capsys) -> None:
+    """A route the device cannot build (cuDNN on the CPU) gets its FAIL line with the
+    reason, beside the route that ran: no traceback from its missing numbers."""
+    out = tmp_path / "long.json"
+    code = cli(
+        f"long --case {SMALL} --force --device cpu --seeds 1 --oracle-chunks 16,8 "
+        f"--route cpu={json.dumps(json.dumps({'attention': 'sdpa_math'}))} "
+        f"--route cpu={json.dumps(json.dumps({'attention': 'sdpa_cudnn'}))} --out {out}"
+    )
+    printed = capsys.readouterr().out
+    assert code == 1, printed  # a route failed
+    fail = [line for line in printed.splitlines() if line.startswith("FAIL")]
+    assert len(fail) == 1 and "attention=sdpa_cudnn needs CUDA" in fail[0], printed
+    assert "max abs err -, worst - of the allowance" in fail[0]
+    assert [r["passed"] for r in json.loads(out.read_text())["routes"]] == [True, False]
