@@ -681,19 +681,21 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         # fp16/bf16 GEMMs feeding attention of the same precision hand over their half
         # output as is: no round trip through fp32 (two kernels and 3x the bytes saved).
         keep = half_qkv(self.plan)
-        drop = self.plan.attn_drop_bits  # > 0 only with half q, k, v (drop_bits_reasons)
+        # > 0 only with half q, k, v (drop_bits_reasons); positions along dim 1 of [B, S, C]
+        plan = self.plan
+        drop = (plan.attn_drop_bits, plan.attn_drop_bits_late, plan.attn_drop_late_from)
         if self.plan.qkv == "packed":
             qkv = self._linear(h, w.qkv_w, w.qkv_b, keep_half=keep)
-            if drop:
-                round_mantissa_(qkv, drop)  # the GEMM's own output: one pass, in place
+            if any(drop):
+                round_mantissa_(qkv, *drop)  # the GEMM's own output: one pass, in place
             q, k, v = qkv.split(d, dim=-1)
         else:
             q = self._linear(h, *w.q, keep_half=keep)
             k = self._linear(h, *w.k, keep_half=keep)
             v = self._linear(h, *w.v, keep_half=keep)
-            if drop:
+            if any(drop):
                 for t in (q, k, v):
-                    round_mantissa_(t, drop)
+                    round_mantissa_(t, *drop)
         backend = self._attention_backend
         if kind == MASK_GENERAL and not backend.general_masks:
             backend = backends.attention("reference")  # the reference's arithmetic serves
@@ -704,12 +706,13 @@ class CandidateTransformer(FreshOnCopy, ReferenceTransformer):
         return self._linear(backend.attend(call), w.out_w, w.out_b, keep_half=keep_half)
 
 
-def round_mantissa_(t: Tensor, drop: int) -> None:
-    """``attn_drop_bits``: ``t`` rounded in place (kernels.mantissa, imported on first use:
-    Triton fixes interpreter mode per kernel at import)."""
+def round_mantissa_(t: Tensor, drop: int, late: int = 0, late_from: int = 0) -> None:
+    """``attn_drop_bits`` (graded: ``attn_drop_bits_late`` from ``attn_drop_late_from``):
+    ``t`` ``[B, S, C]`` rounded in place (kernels.mantissa, imported on first use: Triton
+    fixes interpreter mode per kernel at import)."""
     from kernels.mantissa import round_mantissa_ as rounded_in_place
 
-    rounded_in_place(t, drop)
+    rounded_in_place(t, drop, late, late_from)
 
 
 # The C method itself: torch's Python wrapper adds a debug tracker check per replay.

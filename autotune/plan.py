@@ -100,6 +100,23 @@ KNOBS: tuple[Knob, ...] = (
         int_range=(0, 9),
     ),
     Knob(
+        "attn_drop_bits_late",
+        0,
+        "q, k, v at sequence positions attn_drop_late_from and after rounded with N mantissa "
+        "bits cleared instead of attn_drop_bits (0 = off): under a causal mask a late query "
+        "averages many keys, so its context carries an operand's rounding error divided by "
+        "about the square root of its position, and the early rows, whose few keys weigh "
+        "most, keep the finer operands. Above 0 it needs what attn_drop_bits needs, N above "
+        "attn_drop_bits and attn_drop_late_from >= 1",
+        int_range=(0, 9),
+    ),
+    Knob(
+        "attn_drop_late_from",
+        0,
+        "the first sequence position attn_drop_bits_late rounds (0 with it off)",
+        int_range=(0, 1 << 24),
+    ),
+    Knob(
         "gemm_precision",
         "fp32",
         "operand precision of the projection and FFN GEMMs (fp32 accumulation)",
@@ -569,6 +586,8 @@ class Plan:
     mask: str = "apply"
     attn_precision: str = "fp32"
     attn_drop_bits: int = 0
+    attn_drop_bits_late: int = 0
+    attn_drop_late_from: int = 0
     gemm_precision: str = "fp32"
     batch_chunk: int = 0
     batch_streams: int = 1

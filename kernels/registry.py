@@ -338,18 +338,32 @@ def _run_bias_gelu(device: str, half: bool = False) -> CheckResult:
     return _result(out, bias_gelu_reference(y, bias), "ieee")
 
 
-def _run_mantissa(device: str, dtype: torch.dtype) -> CheckResult:
+def _run_mantissa(device: str, dtype: torch.dtype, graded: bool = False) -> CheckResult:
     """``attn_drop_bits``'s in-place rounding, every drop its dtype allows, on an odd
-    length with zeros, the largest value, inf and NaN: bit for bit the int32 reference."""
-    from kernels.mantissa import MANTISSA_BITS, round_mantissa_, round_mantissa_reference
+    length with zeros, the largest value, inf and NaN: bit for bit the int32 reference.
+    ``graded``: rows by sequence position (``attn_drop_bits_late`` from row 17 of 37,
+    two sequences), the early rows at one bit fewer or kept."""
+    from kernels.mantissa import (
+        MANTISSA_BITS,
+        round_mantissa_,
+        round_mantissa_graded_reference,
+        round_mantissa_reference,
+    )
 
     x = torch.randn(37, 41, generator=_generator()).mul(8.0)
     x[0, :5] = torch.tensor([0.0, float("inf"), float("nan"), torch.finfo(dtype).max, -0.0])
     x = x.to(dtype)
+    if graded:
+        x = torch.stack([x, x.flip(0)])
     worst, wrong = 0.0, []
     for drop in range(1, MANTISSA_BITS[dtype]):
-        want = round_mantissa_reference(x, drop)
-        got = round_mantissa_(x.to(device), drop).cpu()
+        if graded:
+            early = drop - 1
+            want = round_mantissa_graded_reference(x, early, drop, 17)
+            got = round_mantissa_(x.to(device), early, drop, 17).cpu()
+        else:
+            want = round_mantissa_reference(x, drop)
+            got = round_mantissa_(x.to(device), drop).cpu()
         if not torch.equal(got.view(torch.int16), want.view(torch.int16)):
             wrong.append(drop)
         finite = torch.isfinite(want)
@@ -714,6 +728,11 @@ def iter_checks(reference: ReferenceFactory | None = None) -> Iterator[KernelChe
             f"mantissa/round/37x41/{str(dtype).removeprefix('torch.')}",
             "q, k, v rounded to fewer mantissa bits in place vs the int32 reference",
             lambda device, dt=dtype: _run_mantissa(device, dt),
+        )
+        yield KernelCheck(
+            f"mantissa/graded/2x37x41/{str(dtype).removeprefix('torch.')}",
+            "q, k, v rounded by sequence position (attn_drop_bits_late) vs the int32 reference",
+            lambda device, dt=dtype: _run_mantissa(device, dt, graded=True),
         )
     yield KernelCheck(
         "ffn/bias_gelu/B2-S37-N40", "bias + exact GELU epilogue vs torch", _run_bias_gelu

@@ -924,6 +924,32 @@ def test_attn_drop_bits_rules(cpu_device) -> None:
         Plan.from_dict({"attn_drop_bits": 10})
 
 
+def test_attn_drop_bits_late_rules(cpu_device) -> None:
+    cfg = TransformerConfig(2, 16, 32, 2, 64, 1, True)
+    half = Plan(attention="sdpa_math", attn_precision="fp16", gemm_precision="fp16", qkv="packed")
+    graded = half.replace(attn_drop_bits=2, attn_drop_bits_late=6, attn_drop_late_from=8)
+    assert not_supported_reasons(graded, cfg, cpu_device) == []
+    assert not_supported_reasons(graded.replace(attn_drop_bits=0), cfg, cpu_device) == []
+    cases = {
+        "does nothing with attn_drop_bits_late=0": half.replace(attn_drop_late_from=8),
+        "is not above attn_drop_bits=2": graded.replace(attn_drop_bits_late=2),
+        "set attn_drop_bits=6 instead": graded.replace(attn_drop_late_from=0),
+        "both to fp16 or both to bf16": graded.replace(gemm_precision="fp32"),
+        "attn_drop_bits_late=7: bf16 has 7 mantissa bits": graded.replace(
+            attn_precision="bf16", gemm_precision="bf16", attn_drop_bits_late=7
+        ),
+        "set compile none": graded.replace(compile="default"),
+        "set fused_layer none": graded.replace(fused_layer="heads"),
+    }
+    for why, plan in cases.items():
+        reasons = not_supported_reasons(plan, cfg, cpu_device)
+        assert any(why in r for r in reasons), (why, reasons)
+    assert half.replace(attn_drop_bits_late=0, attn_drop_late_from=0).hash == half.hash
+    assert graded.hash != graded.replace(attn_drop_late_from=9).hash
+    with pytest.raises(ValueError, match="attn_drop_bits_late"):
+        Plan.from_dict({"attn_drop_bits_late": 10})
+
+
 @pytest.mark.parametrize("qkv", ["packed", "separate"])
 def test_attn_drop_bits_rounds_what_the_attention_sees(cpu_device, qkv: str) -> None:
     """The forward with q, k, v rounded: within the rule on a short case, not the fp16
@@ -958,3 +984,42 @@ def test_attn_drop_bits_rounds_what_the_attention_sees(cpu_device, qkv: str) -> 
     for t in seen:
         assert t.dtype == torch.float16
         assert torch.equal(round_mantissa_reference(t, 3).view(torch.int16), t.view(torch.int16))
+
+
+@pytest.mark.parametrize("qkv", ["packed", "separate"])
+def test_attn_drop_bits_late_rounds_by_position(cpu_device, qkv: str) -> None:
+    """Graded: every layer's q, k, v hold 1 bit cleared before position 9 and 5 from it
+    on (a second rounding changes none of their bits). Not held to the rule: 5 bits at
+    position 9 of 24 tokens is coarser than any late row of case 14 sees."""
+    from kernels.mantissa import round_mantissa_graded_reference
+
+    cfg = TransformerConfig(2, 24, 32, 2, 64, 2, True)
+    ref = ReferenceTransformer(cfg).eval()
+    x = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(4))
+    base = Plan(attention="sdpa_math", attn_precision="fp16", gemm_precision="fp16", qkv=qkv)
+    plan = base.replace(attn_drop_bits=1, attn_drop_bits_late=5, attn_drop_late_from=9)
+    model = build_candidate(plan, cfg, cpu_device, ref.state_dict())
+    seen: list[torch.Tensor] = []
+    backend = type(model._attention_backend)
+    attend = backend.attend
+
+    def spy(self, call):
+        seen.append(torch.cat([call.q, call.k, call.v], dim=-1).clone())
+        return attend(self, call)
+
+    with torch.inference_mode():
+        want = ref(x)
+        backend.attend = spy
+        try:
+            got = model(x)
+        finally:
+            backend.attend = attend
+    assert torch.isfinite(got).all() and got.shape == want.shape
+    assert len(seen) == cfg.num_layers
+    for t in seen:
+        again = round_mantissa_graded_reference(t, 1, 5, 9)
+        assert torch.equal(again.view(torch.int16), t.view(torch.int16))
+        late_low = t[:, 9:].view(torch.int16).to(torch.int32) & 0x1F
+        early_low = t[:, :9].view(torch.int16).to(torch.int32) & 0x1F
+        assert not late_low.any()
+        assert early_low.any()  # the early rows keep four of those bits

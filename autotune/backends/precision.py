@@ -55,12 +55,18 @@ def reasons(plan: Any, device: DeviceInfo) -> list[str]:
 
 
 def drop_bits_reasons(plan: Any) -> list[str]:
-    """``attn_drop_bits``: it rounds the half q, k, v the per-layer path's projection hands
-    to the attention (``half_qkv``), in place, outside any compiled region."""
-    n = plan.attn_drop_bits
-    if n == 0:
+    """``attn_drop_bits`` and its graded form (``attn_drop_bits_late`` from
+    ``attn_drop_late_from``): they round the half q, k, v the per-layer path's projection
+    hands to the attention (``half_qkv``), in place, outside any compiled region."""
+    n, late, start = plan.attn_drop_bits, plan.attn_drop_bits_late, plan.attn_drop_late_from
+    if late == 0 and start:
+        return [
+            f"attn_drop_late_from={start} does nothing with attn_drop_bits_late=0; set "
+            "attn_drop_bits_late above attn_drop_bits, or attn_drop_late_from 0"
+        ]
+    if n == 0 and late == 0:
         return []
-    what = f"attn_drop_bits={n}"
+    what = f"attn_drop_bits={n}" if late == 0 else f"attn_drop_bits_late={late}"
     if not half_qkv(plan):
         return [
             f"{what} rounds the half q, k, v the projection hands to attention; set "
@@ -68,9 +74,19 @@ def drop_bits_reasons(plan: Any) -> list[str]:
         ]
     out = []
     bits = mantissa_bits(DTYPES[plan.attn_precision])
-    if n >= bits:
-        prec = plan.attn_precision
-        out.append(f"{what}: {prec} has {bits} mantissa bits; clear at most {bits - 1}")
+    for knob, value in (("attn_drop_bits", n), ("attn_drop_bits_late", late)):
+        if value >= bits:
+            prec = plan.attn_precision
+            out.append(f"{knob}={value}: {prec} has {bits} mantissa bits; clear at most {bits - 1}")
+    if late and late <= n:
+        out.append(
+            f"{what} is not above attn_drop_bits={n}: set it higher, or use attn_drop_bits alone"
+        )
+    if late and start == 0:
+        out.append(
+            f"{what} with attn_drop_late_from=0 rounds every position; set attn_drop_bits={late} "
+            "instead, or attn_drop_late_from >= 1"
+        )
     if plan.fused_layer != "none" or plan.fused_block:
         out.append(f"{what} applies to the per-layer path; set fused_layer none, fused_block false")
     if plan.compile != "none":

@@ -8,7 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.mantissa import MANTISSA_BITS, round_mantissa_, round_mantissa_reference
+from kernels.mantissa import (
+    MANTISSA_BITS,
+    round_mantissa_,
+    round_mantissa_graded_reference,
+    round_mantissa_reference,
+)
 
 DTYPES = [torch.float16, torch.bfloat16]
 
@@ -65,3 +70,38 @@ def test_bad_input_says_what_to_give() -> None:
         round_mantissa_(torch.zeros(4, dtype=torch.bfloat16), 7)
     with pytest.raises(ValueError, match="contiguous"):
         round_mantissa_(torch.zeros(4, 4, dtype=torch.float16).t(), 1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_graded_kernel_matches_reference_bit_for_bit(device: str, dtype: torch.dtype) -> None:
+    """Rows by sequence position: [B, S, C] with C past one column block (1,100) and odd
+    (41), late rows from the middle, from 0 (every row late), past the end (none), and
+    early rows kept (drop 0)."""
+    g = torch.Generator().manual_seed(11)
+    top = MANTISSA_BITS[dtype] - 1
+    for shape in [(3, 7, 41), (2, 5, 1100), (9, 33)]:
+        x = (torch.randn(shape, generator=g) * torch.logspace(-6, 3, shape[-1])).to(dtype)
+        x.view(-1)[:4] = torch.tensor([float("inf"), float("nan"), 0.0, -0.0]).to(dtype)
+        seq = shape[-2]
+        for drop, late, late_from in [(2, top, 3), (0, 4, 2), (1, 3, 0), (2, 5, seq), (0, top, 1)]:
+            want = round_mantissa_graded_reference(x, drop, late, late_from)
+            got = x.to(device)
+            assert round_mantissa_(got, drop, late, late_from) is got
+            assert torch.equal(_bits(got.cpu()), _bits(want)), (shape, drop, late, late_from)
+
+
+def test_graded_reference_rounds_rows_by_position() -> None:
+    x = torch.randn(2, 6, 5, generator=torch.Generator().manual_seed(5)).half()
+    y = round_mantissa_graded_reference(x, 1, 6, 4)
+    assert torch.equal(_bits(y[:, :4]), _bits(round_mantissa_reference(x[:, :4], 1)))
+    assert torch.equal(_bits(y[:, 4:]), _bits(round_mantissa_reference(x[:, 4:], 6)))
+    assert torch.equal(_bits(y[:, 4:]) & 0x3F, torch.zeros_like(_bits(y[:, 4:])))
+
+
+def test_graded_bad_input_says_what_to_give() -> None:
+    with pytest.raises(ValueError, match=r"late=10 .* 0\.\.9"):
+        round_mantissa_(torch.zeros(2, 4, dtype=torch.float16), 1, 10, 2)
+    with pytest.raises(ValueError, match=r"shape \(4,\).*\[\.\.\., S, C\]"):
+        round_mantissa_(torch.zeros(4, dtype=torch.float16), 1, 3, 2)
+    with pytest.raises(ValueError, match="late_from=-1"):
+        round_mantissa_(torch.zeros(2, 4, dtype=torch.float16), 1, 3, -1)
