@@ -81,10 +81,11 @@ def round_mantissa_graded_reference(
     x: torch.Tensor, drop: int, late: int, late_from: int
 ) -> torch.Tensor:
     """Out of place: ``x`` ``[..., S, C]`` with rows at positions >= ``late_from`` along
-    dim -2 rounded with ``late`` bits cleared, the others with ``drop``."""
+    dim -2 rounded with ``late`` bits cleared, the others with ``drop`` (``late`` 0: off,
+    every row with ``drop``, as :func:`round_mantissa_` reads it)."""
     _check_graded(x, drop, late, late_from)
     out = round_mantissa_reference(x, drop)
-    if late_from < x.shape[-2]:
+    if late and late_from < x.shape[-2]:
         out[..., late_from:, :] = round_mantissa_reference(x[..., late_from:, :], late)
     return out
 

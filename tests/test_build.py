@@ -940,10 +940,15 @@ def test_attn_drop_bits_late_rules(cpu_device) -> None:
         ),
         "set compile none": graded.replace(compile="default"),
         "set fused_layer none": graded.replace(fused_layer="heads"),
+        "at or past the case's 16 tokens": graded.replace(attn_drop_late_from=16),
     }
     for why, plan in cases.items():
         reasons = not_supported_reasons(plan, cfg, cpu_device)
         assert any(why in r for r in reasons), (why, reasons)
+    bidirectional = TransformerConfig(2, 16, 32, 2, 64, 1, False)
+    reasons = not_supported_reasons(graded, bidirectional, cpu_device)
+    assert any("the case is not causal" in r for r in reasons), reasons
+    assert not_supported_reasons(half.replace(attn_drop_bits=2), bidirectional, cpu_device) == []
     assert half.replace(attn_drop_bits_late=0, attn_drop_late_from=0).hash == half.hash
     assert graded.hash != graded.replace(attn_drop_late_from=9).hash
     with pytest.raises(ValueError, match="attn_drop_bits_late"):

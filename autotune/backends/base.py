@@ -255,7 +255,7 @@ def not_supported_reasons(
 ) -> list[str]:
     """Every reason the plan's backends cannot run on this case and device."""
     picked = chosen(plan)
-    reasons = precision.reasons(plan, device)
+    reasons = precision.reasons(plan, device, config)
     for backend in picked:
         reasons += backend.reasons(plan, config, device, prune=prune)
     if any(b.triton for b in picked):

@@ -45,19 +45,21 @@ def mantissa_bits(dtype: torch.dtype) -> int:
     return round(-math.log2(torch.finfo(dtype).eps))
 
 
-def reasons(plan: Any, device: DeviceInfo) -> list[str]:
+def reasons(plan: Any, device: DeviceInfo, config: Any = None) -> list[str]:
     out = []
     cap = device.capability or (0, 0)
     for what in ("attn_precision", "gemm_precision"):
         if getattr(plan, what) == "bf16" and device.type == "cuda" and cap < (8, 0):
             out.append(f"{what}=bf16 needs sm_80+, device is {device.sm}")
-    return out + drop_bits_reasons(plan)
+    return out + drop_bits_reasons(plan, config)
 
 
-def drop_bits_reasons(plan: Any) -> list[str]:
+def drop_bits_reasons(plan: Any, config: Any = None) -> list[str]:
     """``attn_drop_bits`` and its graded form (``attn_drop_bits_late`` from
     ``attn_drop_late_from``): they round the half q, k, v the per-layer path's projection
-    hands to the attention (``half_qkv``), in place, outside any compiled region."""
+    hands to the attention (``half_qkv``), in place, outside any compiled region. With the
+    case's ``config``, the graded form also needs a causal case whose sequence reaches the
+    position (else it rounds no row, or early queries read the coarse late keys)."""
     n, late, start = plan.attn_drop_bits, plan.attn_drop_bits_late, plan.attn_drop_late_from
     if late == 0 and start:
         return [
@@ -87,6 +89,18 @@ def drop_bits_reasons(plan: Any) -> list[str]:
             f"{what} with attn_drop_late_from=0 rounds every position; set attn_drop_bits={late} "
             "instead, or attn_drop_late_from >= 1"
         )
+    if late and config is not None:
+        if start >= config.seq_len:
+            out.append(
+                f"attn_drop_late_from={start} is at or past the case's {config.seq_len} tokens: "
+                "no row takes the late bits; set it below the sequence length, or "
+                "attn_drop_bits_late 0"
+            )
+        if not config.causal:
+            out.append(
+                f"{what} rests on a causal mask (a late query averages many keys); the case "
+                "is not causal: set attn_drop_bits_late 0"
+            )
     if plan.fused_layer != "none" or plan.fused_block:
         out.append(f"{what} applies to the per-layer path; set fused_layer none, fused_block false")
     if plan.compile != "none":

@@ -96,6 +96,9 @@ def test_graded_reference_rounds_rows_by_position() -> None:
     assert torch.equal(_bits(y[:, :4]), _bits(round_mantissa_reference(x[:, :4], 1)))
     assert torch.equal(_bits(y[:, 4:]), _bits(round_mantissa_reference(x[:, 4:], 6)))
     assert torch.equal(_bits(y[:, 4:]) & 0x3F, torch.zeros_like(_bits(y[:, 4:])))
+    off = round_mantissa_graded_reference(x, 1, 0, 4)  # late 0: off, as the kernel reads it
+    assert torch.equal(_bits(off), _bits(round_mantissa_reference(x, 1)))
+    assert torch.equal(_bits(off), _bits(round_mantissa_(x.clone(), 1, 0, 4)))
 
 
 def test_graded_bad_input_says_what_to_give() -> None:
