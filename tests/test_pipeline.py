@@ -332,6 +332,11 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         (["floors", "--bench", "/no/bench.csv"], "--bench '/no/bench.csv' is not a file"),
         (["floors", "--bench", "pyproject.toml"], "is not a CSV that 'autotune bench --csv'"),
         (["cases", "--cases", ""], "--cases '' selects no case"),
+        (["study", "--gpu", "cpu", "--shapes", ""], "--shapes '' names no shape"),
+        (["study", "--gpu", "cpu", "--seed", "-1"], "--seed -1: give a seed from 0 to 4294967295"),
+        (["study", "--gpu", "cpu", "--seed", str(2**32)], "--seed 4294967296: give a seed"),
+        (["unseen", "--table", "tables/h200.py", "--seed", "-3"], "--seed -3: give a seed"),
+        (["buckets", "--table", "tables/h200.py", "--journal", "tests"], "--journal tests is a"),
         (["validate", "--table", "tables/h200.py", "--cases", " "], "--cases ' ' selects no"),
         (["validate", "--table", "tables", "--gpu", "cpu"], "'tables' is a folder"),
         (

@@ -130,17 +130,26 @@ def check_args(args: argparse.Namespace) -> None:
         value = getattr(args, flag, None)
         if isinstance(value, str) and not value.strip():
             raise CliError(f"--{flag} {value!r} selects no case; try 'smoke', '1-13' or 'all'")
+    shapes = getattr(args, "shapes", None)
+    if isinstance(shapes, str) and not shapes.strip():
+        raise CliError(f"--shapes {shapes!r} names no shape; give 'BATCHES x SEQS' such as "
+                       "'1,8,64 x 32,256', or leave it out")  # fmt: skip
+    seed = getattr(args, "seed", None)
+    if isinstance(seed, int) and not 0 <= seed < 2**32:
+        raise CliError(f"--seed {seed}: give a seed from 0 to {2**32 - 1}")
     check_outputs(args)
 
 
 def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before a command measures anything, an output it could not write: ``--json``
-    and ``--csv`` are files, ``--out`` a file or (``out_is="dir"`` in the parser's
+    """Refuse, before a command measures anything, an output it could not write: ``--json``,
+    ``--csv`` and ``--journal`` are files, ``--out`` a file or (``out_is="dir"`` in the parser's
     defaults) a folder. A file must not be a folder, a folder not a file, and the nearest
     existing folder above either must be writable."""
     from autotune.core.files import unwritable_folder
 
-    outputs = [(f"--{name}", getattr(args, name, None), "file") for name in ("json", "csv")]
+    outputs = [
+        (f"--{name}", getattr(args, name, None), "file") for name in ("json", "csv", "journal")
+    ]
     outputs.append(("--out", getattr(args, "out", None), getattr(args, "out_is", "file")))
     for flag, value, kind in outputs:
         if value is None or not isinstance(value, str):

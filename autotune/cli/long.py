@@ -7,6 +7,8 @@ import argparse
 
 from autotune.cli.common import chunk_pair
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32
+
 
 def parse_route(text: str) -> tuple[str, str]:
     """``PROFILE=PLAN`` (PLAN: JSON, @file.json)."""
@@ -33,8 +35,10 @@ def cmd_long(args: argparse.Namespace) -> int:
         ("--input-scale", args.input_scale, "the official inputs"),
         ("--score-scale", args.score_scale, "the official weights"),
     ):
-        if not value > 0:
-            raise ValueError(f"{flag} takes a positive number (1: {what}), got {value}")
+        if not 0 < value <= FLOAT32_MAX:  # nan and inf fail too
+            raise ValueError(
+                f"{flag} takes a positive number that float32 holds (1: {what}), got {value}"
+            )
     device = detect_device(args.device)
     routes = [
         route_for(name, parse_plan(plan), device)

@@ -248,12 +248,21 @@ def whole_csv_text(path: str | Path) -> tuple[str, int]:
 
 def unwritable_folder(folder: str | Path) -> Path | None:
     """The nearest existing folder at or above ``folder`` where it is not writable (a
-    file written there would fail, the missing folders below it unmade), else None."""
+    file written there would fail, the missing folders below it unmade), else None.
+    Where the permission bits allow it, a file is made there and removed: root passes
+    every ``os.access`` check, also on a read-only mount or in ``/proc``."""
     above = Path(folder).absolute()
     while not above.exists() and above != above.parent:
         above = above.parent
     if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
         return above
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".autotune-probe-", dir=above)
+    except OSError:
+        return above
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
     return None
 
 

@@ -275,3 +275,24 @@ def test_a_journal_finishing_while_another_run_appends_loses_none_of_its_lines(
     assert child.wait(120) == 0
     kept = Journal(path, {"table": "b"})
     assert set(kept.done) == {str(i) for i in range(-1, 300)} and kept.stale == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_no_file_can_be_made_in_is_unwritable_even_to_root() -> None:
+    """os.access tells root that /proc is writable; making a file there fails. Export,
+    bench and plot checked their outputs with os.access alone, measured, then failed on a
+    temporary file's name."""
+    assert files.unwritable_folder("/proc/not/made") == Path("/proc")
+
+
+def test_a_writable_folder_passes_and_keeps_no_probe_file(tmp_path) -> None:
+    assert files.unwritable_folder(tmp_path / "a" / "b") is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_whose_probe_file_cannot_be_made_is_unwritable(tmp_path, monkeypatch) -> None:
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", refuse)
+    assert files.unwritable_folder(tmp_path / "x.csv") == tmp_path

@@ -130,10 +130,16 @@ def test_scaled_scores_scale_the_q_projection_of_routes_and_oracle(cpu_device) -
 
 
 @pytest.mark.parametrize("flag", ["--input-scale", "--score-scale"])
-def test_long_refuses_a_scale_that_is_not_positive(flag, capsys) -> None:
-    assert cli(f"long --case {SMALL} --force --route cpu=reference {flag} 0") == 2
+@pytest.mark.parametrize(
+    ("value", "shown"), [("0", "0.0"), ("inf", "inf"), ("nan", "nan"), ("1e300", "1e+300")]
+)
+def test_long_refuses_a_scale_that_is_not_a_positive_float32(flag, value, shown, capsys) -> None:
+    """inf and 1e300 (beyond float32) turned the official inputs into inf: the reference
+    itself then 'failed' on every element, a verdict about nothing."""
+    assert cli(f"long --case {SMALL} --force --route cpu=reference {flag} {value}") == 2
     err = capsys.readouterr().err
-    assert f"{flag} takes a positive number" in err and "got 0.0" in err
+    assert f"{flag} takes a positive number that float32 holds" in err and f"got {shown}" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_a_wrong_route_fails_with_its_count_and_the_others_still_run(
