@@ -774,11 +774,18 @@ def parse_plan(text: str) -> Plan:
     text = text.strip()
     if text == "reference":
         return REFERENCE_PLAN
+    source = f"plan {text[:80]!r}"
     if text.startswith("@"):
+        if not text[1:].strip():
+            raise ValueError("plan '@' names no file; write @path/to/plan.json")
         path = Path(text[1:])
         if not path.is_file():
             raise ValueError(f"plan file {str(path)!r} does not exist")
-        text = path.read_text().strip()
+        source = f"plan file {str(path)!r}"
+        try:
+            text = path.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{source} cannot be read ({exc})") from None
     if "=" in text and not text.startswith("{"):
         return Plan.from_describe(text)
     try:
@@ -787,7 +794,7 @@ def parse_plan(text: str) -> Plan:
         if "not valid JSON" not in str(exc):
             raise
         raise ValueError(
-            f"plan {text[:80]!r} is neither JSON nor knob=value pairs; write e.g. "
+            f"{source} is neither JSON nor knob=value pairs; write e.g. "
             """'{"attention": "sdpa_flash", "qkv": "packed"}' or """
             "'attention=sdpa_flash qkv=packed'"
         ) from None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -67,6 +68,19 @@ def test_parse_plan_accepts_reference_json_and_files(tmp_path) -> None:
         parse_plan("{attention:")
     with pytest.raises(ValueError, match="plan token 'qkv': write knob=value"):
         parse_plan("attention=sdpa_flash qkv")
+
+
+def test_a_plan_file_that_is_not_a_plan_is_named_not_quoted(tmp_path) -> None:
+    """The error named the file's contents; it names the file, and '@' alone names none."""
+    f = tmp_path / "bad.json"
+    f.write_text("{ not json at all")
+    with pytest.raises(ValueError, match=re.escape(f"plan file '{f}' is neither JSON nor")):
+        parse_plan(f"@{f}")
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match=r"bin\.json' cannot be read"):
+        parse_plan(f"@{tmp_path / 'bin.json'}")
+    with pytest.raises(ValueError, match="plan '@' names no file"):
+        parse_plan("@")
 
 
 def test_parse_plan_reads_back_the_form_every_command_prints(tmp_path) -> None:
