@@ -267,8 +267,10 @@ def _table_or_none(path: str | None, profile: str):  # type: ignore[no-untyped-d
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from autotune.core.profiles import get_profile
     from autotune.tools.report import plot_studies, profile_studies, table_winners
 
+    get_profile(args.gpu)  # an unknown profile in one line, not "no studies for" it
     table, _ = _table_or_none(args.table, args.gpu)  # a bad --table before any reading
     studies = profile_studies(open_storage(args.storage), args.gpu, args.case)
     if not studies:
@@ -284,11 +286,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from autotune.core.profiles import get_profile
     from autotune.tools.report import evaluation_markdown, profile_studies, write_report
 
     if args.evaluations:
         print(evaluation_markdown(args.evaluations))
         return 0
+    get_profile(args.gpu)  # an unknown profile in one line, not "nothing to report for" it
     if args.notes and not Path(args.notes).is_file():
         raise ValueError(f"--notes {args.notes!r} does not exist; give a markdown file")
     if args.target is not None and not args.bench:
