@@ -887,6 +887,16 @@ def test_a_storage_that_does_not_exist_is_refused_not_created(tmp_path, capsys) 
         assert not typo.exists()
 
 
+def test_a_warm_start_name_a_new_storage_cannot_hold_is_refused_before_the_file_is_made(
+    tmp_path, capsys
+) -> None:
+    new = tmp_path / "fresh" / "new.db"
+    assert cli(f"study --gpu cpu --cases smoke-1 --storage sqlite:///{new} --warm-start h200") == 2
+    err = capsys.readouterr().err
+    assert f"--warm-start 'h200': no table file, and {new} holds no studies yet" in err
+    assert not new.exists()
+
+
 def test_plot_writes_under_docs_results_and_labels_a_predicted_memory_axis(
     pipeline, tmp_path, monkeypatch
 ) -> None:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from autotune.cli.common import add_gpu, add_storage, open_storage, selection, storage_text
+from autotune.cli.common import (
+    add_gpu,
+    add_storage,
+    open_storage,
+    selection,
+    sqlite_path,
+    storage_text,
+)
 from autotune.core.files import write_atomic
 
 
@@ -122,6 +130,15 @@ def cmd_study(args: argparse.Namespace) -> int:
             )
         cases = shape_grid(args.shapes, cases)
     spaces = available_spaces(args.space)
+    new_file = sqlite_path(args.storage)
+    if new_file is not None and not new_file.exists():
+        for src in options.warm_start:  # a name is looked up among the storage's studies
+            if not src.startswith("@") and not src.endswith(".py") and not Path(src).is_file():
+                raise ValueError(
+                    f"--warm-start {src!r}: no table file, and {new_file} holds no studies "
+                    "yet (it does not exist); give a table, @plan.json, or a profile or study "
+                    "in an existing --storage"
+                )
     storage = open_storage(args.storage, args.heartbeat, must_exist=False)
     plan = [(c, select_space(chosen.profile.name, c, spaces)) for c in cases]
     print(
