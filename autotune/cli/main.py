@@ -68,7 +68,11 @@ def entry() -> NoReturn:
 def _interrupted(args: argparse.Namespace, kept: int | None) -> int:
     print(
         f"autotune {args.command}: interrupted"
-        + (f"; {kept} trials kept; rerun the same command to resume" if kept is not None else ""),
+        + (
+            f"; {kept} trials of this run kept; rerun the same command to resume"
+            if kept is not None
+            else ""
+        ),
         file=sys.stderr,
     )
     return 130

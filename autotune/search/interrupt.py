@@ -25,7 +25,7 @@ class Interrupted(KeyboardInterrupt):
     """A study run ended by Ctrl-C; ``kept`` trials finished in this run are stored."""
 
     def __init__(self, kept: int) -> None:
-        super().__init__(f"interrupted; {kept} trials kept")
+        super().__init__(f"interrupted; {kept} trials of this run kept")
         self.kept = kept
 
 

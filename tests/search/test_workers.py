@@ -283,7 +283,7 @@ def test_ctrl_c_to_the_process_group_fails_the_trial_in_flight_at_once_and_the_r
     assert "Traceback" not in err, err[-3000:]
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
-    assert "interrupted; 2 trials kept; rerun the same command to resume" in lines[0]
+    assert "interrupted; 2 trials of this run kept; rerun the same command to resume" in lines[0]
     done = _trials(url)
     assert TrialState.RUNNING not in [t.state for t in done]
     (failed,) = [t for t in done if t.state == TrialState.FAIL]
