@@ -188,6 +188,11 @@ def _expand_range(token: str) -> list[str]:
     lo, hi = token.split("-", 1)
     if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
         raise ValueError(f"bad case range {token!r}; write e.g. '1-13'")
+    ids = sorted(int(i) for i in _REGISTRY if i.isdigit())
+    if int(lo) < ids[0] or int(hi) > ids[-1]:
+        raise ValueError(
+            f"case range {token!r} runs past the cases ({ids[0]}-{ids[-1]}); write e.g. '1-13'"
+        )
     return [str(i) for i in range(int(lo), int(hi) + 1)]
 
 
@@ -226,8 +231,22 @@ def select_cases(spec: str) -> list[Case]:
     groups = {"all": OFFICIAL_CASES, "official": OFFICIAL_CASES, "smoke": SMOKE_CASES}
     tokens = [t.strip() for t in spec.split(",")]
     only_ids = all(t in _REGISTRY or t in groups for t in tokens)  # "1,5,6,9": cases
-    if ";" in spec or (_CUSTOM.match(spec) and not only_ids):
-        return [parse_custom(part) for part in spec.split(";") if part.strip()]
+    if ";" in spec:  # custom shapes, and any case ids or groups among them
+        parts = [part.strip() for part in spec.split(";") if part.strip()]
+        return list(
+            dict.fromkeys(
+                case
+                for part in parts
+                for case in (
+                    [parse_custom(part)]
+                    if _CUSTOM.match(part)
+                    and not all(t.strip() in _REGISTRY for t in part.split(","))
+                    else select_cases(part)
+                )
+            )
+        )
+    if _CUSTOM.match(spec) and not only_ids:
+        return [parse_custom(spec)]
     _refuse_malformed_shape(spec)
     out: list[Case] = []
     for token in (t.strip() for t in spec.split(",")):

@@ -176,6 +176,17 @@ def test_custom_case_from_string() -> None:
         parse_custom("8,256,100,3,512,2")
 
 
+def test_case_ids_mix_with_custom_shapes_and_a_range_stops_at_the_cases() -> None:
+    """'3;SHAPE' read '3' as a shape ("cannot read case '3'"); '1-99999999' built 10^8 ids
+    and then named case '15' as unknown."""
+    mixed = select_cases("3;1,14,64,4,128,2,causal;smoke-2")
+    assert [c.id for c in mixed][::2] == ["3", "smoke-2"]
+    assert mixed[1].config == TransformerConfig(1, 14, 64, 4, 128, 2, True)
+    for spec in ("1-99999999", "0-3"):
+        with pytest.raises(ValueError, match=f"case range '{spec}' runs past the cases"):
+            select_cases(spec)
+
+
 def test_generator_right_pads_and_zeroes_padded_rows() -> None:
     cfg = TransformerConfig(6, 20, 8, 2, 16, 1, True)
     x, mask = generate_random_case(cfg, "cpu", torch.float32, seed=5, padding_ratio=0.5)
