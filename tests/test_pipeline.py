@@ -333,6 +333,10 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         (["floors", "--bench", "pyproject.toml"], "is not a CSV that 'autotune bench --csv'"),
         (["cases", "--cases", ""], "--cases '' selects no case"),
         (["study", "--gpu", "cpu", "--shapes", ""], "--shapes '' names no shape"),
+        (
+            ["study", "--gpu", "cpu", "--storage", "sqlite:///pyproject.toml/s.db"],
+            "pyproject.toml is not a writable folder, so s.db cannot be made there",
+        ),
         (["plot", "--gpu", "nope"], "unknown GPU profile 'nope'; valid profiles: cpu"),
         (["report", "--gpu", "nope"], "unknown GPU profile 'nope'; valid profiles: cpu"),
         (["study", "--gpu", "cpu", "--seed", "-1"], "--seed -1: give a seed from 0 to 4294967295"),

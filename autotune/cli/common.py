@@ -53,6 +53,16 @@ def open_storage(url: str, heartbeat: int | None = None, *, must_exist: bool = T
                 f"storage {url!r} does not exist (no file {str(path)!r}); give the --storage "
                 "that 'autotune study' wrote to"
             )
+        if not path.exists():
+            from autotune.core.files import unwritable_folder
+
+            blocked = unwritable_folder(path.absolute().parent)
+            if blocked is not None:
+                raise CliError(
+                    f"storage {url!r}: {blocked} is not a writable folder, so {path.name} "
+                    "cannot be made there; give --storage sqlite:///FILE in a folder you can "
+                    "write"
+                )
         path.parent.mkdir(parents=True, exist_ok=True)
     return open_rdb(url, heartbeat, 3 * heartbeat if heartbeat else None)
 
