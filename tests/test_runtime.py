@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -233,6 +234,90 @@ def test_inputs_the_reference_cannot_run_are_refused_saying_what_it_takes(table)
         with pytest.raises(ValueError):
             model(torch.randn(16, 32))
         assert model.last_route is None  # a refused call went nowhere (was: the last route)
+
+
+def test_an_input_dtype_the_weights_do_not_take_is_refused_in_one_line(table) -> None:
+    """x in float16 against float32 weights (or a model.half() given float32 x) raised the
+    matmul's 'mat1 and mat2 must have the same dtype', and explain() named a plan for the
+    second; under autocast the reference casts and serves."""
+    model, ref = _model(table)
+    x = torch.randn(2, 16, 32)
+    with serving():
+        assert check_outputs(model(x), ref(x)).passed
+        with pytest.raises(ValueError, match=r"x has dtype torch.float16, the model's weights "
+                           r"torch.float32; pass x.to\(torch.float32\)"):  # fmt: skip
+            model(x.half())
+        assert model.last_route is None
+        model.double()
+        route = model.explain(x)
+        assert route.plan is None and "the call is refused: x has dtype torch.float32" in str(route)
+        with pytest.raises(ValueError, match=r"model's weights torch\.float64"):
+            model(x)
+        assert model(x.double()).dtype == torch.float64  # its own dtype still serves
+    model.float()
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(x.bfloat16()).shape == x.shape  # autocast casts: the reference serves
+
+
+def test_a_table_this_autotune_cannot_read_is_refused_and_the_reference_serves(
+    tmp_path,
+) -> None:
+    """A plan with a knob this autotune lacks (a newer one's table, hash intact) or a value
+    it lacks (a hand edit, hash broken) made every call raise, any shape; so did a
+    PROVENANCE record edited to a non-dict."""
+    newer = tmp_path / "newer.py"  # _write_table writes cpu.py each time
+    newer.write_text(
+        _write_table(tmp_path, plan=dict(PLAN, knob_of_a_newer_autotune=1)).read_text()
+    )
+    edited = tmp_path / "edited.py"
+    edited.write_text(_write_table(tmp_path).read_text().replace("'packed'", "'fused'", 1))
+    bad_device = tmp_path / "device.py"
+    bad_device.write_text(
+        _write_table(tmp_path).read_text().replace("'device': {", "'device': 'cpu', 'x': {", 1)
+    )
+    for path, says in (
+        (newer, "cannot be read by this autotune (unknown knob(s) ['knob_of_a_newer"),
+        (edited, "content hash mismatch"),
+        (bad_device, "PROVENANCE['device'] is str, not a dict"),
+    ):
+        loaded = load_table(path)
+        assert any(says in p for p in loaded.problems), (path, loaded.problems)
+        model, ref = _model(path)
+        with serving(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for shape in ((2, 16, 32), (3, 16, 32)):  # in the table, and not
+                x = torch.randn(*shape)
+                assert check_outputs(model(x), ref(x)).passed
+                route = model.explain(x)
+                assert route.plan is None and "table refused" in str(route)
+        assert len([w for w in caught if "refused" in str(w.message)]) == 1
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("ENTRIES", None, "ENTRIES is NoneType 'None', not a dict"),
+        ("TABLE_VERSION", "x", "TABLE_VERSION is str 'x', not a int"),
+        ("TABLE_VERSION", True, "TABLE_VERSION is bool 'True', not a int"),
+        ("PROVENANCE", [1], "PROVENANCE is list '[1]', not a dict"),
+        ("BUCKETS", [3], "BUCKETS holds a int, not a bucket dict"),
+        ("ENTRIES", {KEY: "plan"}, "ENTRIES holds \"(2, 16, 32, 2, 64, 2, True, 'float32')\": str"),
+    ],
+)
+def test_a_table_field_of_the_wrong_type_is_named_in_one_error(table, field, value, says) -> None:
+    """ENTRIES = None raised an AttributeError, TABLE_VERSION = 'x' a bare int() error."""
+    from autotune.runtime.table import read_table_file
+
+    values = dict(read_table_file(table), **{field: value})
+    with pytest.raises(ValueError, match=re.escape(f"<mapping>: {says}")):
+        load_table(values)
+
+
+def test_a_schema_version_of_the_wrong_type_is_shown_as_written(table, tmp_path) -> None:
+    broken = tmp_path / "schema.py"
+    broken.write_text(table.read_text().replace("SCHEMA_VERSION = 2", "SCHEMA_VERSION = '2'"))
+    (problem, *_) = load_table(broken).problems
+    assert problem.startswith("schema version '2' is not one this autotune reads (1, 2)")
 
 
 def test_the_model_pickles_and_saves_like_the_reference(table, tmp_path) -> None:

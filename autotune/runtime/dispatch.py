@@ -329,8 +329,8 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         if device not in self._devices:
             info = detect_device("cuda" if device.type == "cuda" else "cpu", device.index)
             problems: tuple[str, ...] = ()
-            if self.table is not None:
-                problems = self.table.problems + tuple(compatibility_problems(self.table, info))
+            if self.table is not None:  # a table refused as read is not read further
+                problems = self.table.problems or tuple(compatibility_problems(self.table, info))
             self._devices[device] = (info, problems)
         return self._devices[device]
 
@@ -345,6 +345,9 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             )
         if x.shape[0] == 0 or x.shape[1] == 0:
             return Route("reference", None, None, (f"x shape {tuple(x.shape)} is empty",))
+        mixed = self._dtype_mismatch(x)
+        if mixed:  # as for a wrong shape: no plan; the call itself raises
+            return Route("reference", None, None, (f"the call is refused: {mixed}",))
         key = (
             x.shape[0],
             x.shape[1],
@@ -393,6 +396,10 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         assert self.table is not None
         info, problems = self._device(device)
         reasons = [f"table refused: {p}" for p in problems]
+        if problems:  # none of its plans is read: one it cannot read must not fail a call
+            route = Route("reference", key, None, tuple(reasons))
+            self._routes[(key, device)] = route
+            return route
         config = _config_at(self.config, key)
         entry = self.table.entries.get(key)
         plan = None
@@ -648,6 +655,9 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
                 f"x has shape {tuple(x.shape)}; this model takes [batch, seq_len, {d}] "
                 f"(d_model {d}); add a batch dimension with x[None] for one sequence"
             )
+        mixed = self._dtype_mismatch(x)
+        if mixed:
+            raise ValueError(mixed)
         if mask is None:
             return
         b, s = x.shape[:2]
@@ -662,6 +672,19 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
                 f"a shape the reference broadcasts to it: [1, {s}] for every sequence) for x "
                 f"of shape {tuple(x.shape)}"
             )
+
+    def _dtype_mismatch(self, x: Tensor) -> str:
+        """Why x's dtype cannot meet the weights' ('' where it can): the reference's own
+        error names a matmul ('mat1 and mat2 must have the same dtype'). Under autocast
+        the reference casts, and serves."""
+        weight = next(self.parameters(), None)
+        if weight is None or x.dtype == weight.dtype or any_autocast():
+            return ""
+        name = str(weight.dtype).removeprefix("torch.")
+        return (
+            f"x has dtype {x.dtype}, the model's weights {weight.dtype}; pass "
+            f"x.to(torch.{name}), or convert the model to x's dtype (model.to({x.dtype}))"
+        )
 
     def _resolve(
         self, x: Tensor, valid_token_mask: Tensor | None

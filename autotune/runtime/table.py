@@ -177,15 +177,17 @@ def load_table(
     missing = [k for k in TABLE_FIELDS if k not in values]
     if missing:
         raise ValueError(f"{source} is not a dispatch table: it lacks {missing}")
+    _check_shape(values, source)
     problems = []
     schema = values["SCHEMA_VERSION"]
     if schema not in READABLE_SCHEMAS:
         problems.append(
-            f"schema version {schema} is not one this autotune reads "
+            f"schema version {schema!r} is not one this autotune reads "
             f"({', '.join(map(str, READABLE_SCHEMAS))}); re-export the table with this autotune"
         )
     entries = {tuple(k): v for k, v in values["ENTRIES"].items()}
     buckets = list(values.get("BUCKETS") or [])
+    problems += _unreadable_parts(values["PROVENANCE"], entries, buckets)
     if schema == 1 and buckets:
         problems.append("a schema-1 table cannot hold BUCKETS; re-export it")
     try:
@@ -207,7 +209,7 @@ def load_table(
         )
     return DispatchTable(
         values["PROFILE"],
-        int(values["TABLE_VERSION"]),
+        values["TABLE_VERSION"],
         values["PROVENANCE"],
         entries,
         values["CONTENT_HASH"],
@@ -216,6 +218,67 @@ def load_table(
         tuple(buckets),
         schema if isinstance(schema, int) else -1,
     )
+
+
+def _check_shape(values: Mapping[str, Any], source: str) -> None:
+    """The table's fields have the types export writes, else one ValueError naming the
+    field (a hand edit that no hash check could make sense of)."""
+    kinds: dict[str, tuple[type, ...]] = {
+        "PROFILE": (str,),
+        "TABLE_VERSION": (int,),
+        "PROVENANCE": (dict,),
+        "ENTRIES": (dict,),
+        "CONTENT_HASH": (str,),
+        "BUCKETS": (list, tuple, type(None)),
+    }
+    for field, types_ in kinds.items():
+        value = values.get(field)
+        if field in values and (not isinstance(value, types_) or isinstance(value, bool)):
+            want = " or ".join(t.__name__ for t in types_ if t is not type(None))
+            raise ValueError(
+                f"{source}: {field} is {type(value).__name__} {str(value)[:40]!r}, not a "
+                f"{want}; re-export the table with 'autotune export'"
+            )
+    for key, entry in values["ENTRIES"].items():
+        if not isinstance(key, tuple) or not isinstance(entry, dict):
+            raise ValueError(
+                f"{source}: ENTRIES holds {str(key)[:60]!r}: {type(entry).__name__}, not a "
+                "case-key tuple and its entry dict; re-export the table with 'autotune export'"
+            )
+    for bucket in values.get("BUCKETS") or ():
+        if not isinstance(bucket, dict):
+            raise ValueError(
+                f"{source}: BUCKETS holds a {type(bucket).__name__}, not a bucket dict; "
+                "re-export the table with 'autotune export'"
+            )
+
+
+def _unreadable_parts(
+    provenance: Mapping[str, Any],
+    entries: Mapping[tuple[Any, ...], Mapping[str, Any]],
+    buckets: list[Mapping[str, Any]],
+) -> list[str]:
+    """Why parts of a well-formed table cannot be read by this autotune: the provenance's
+    device and versions records, and every plan the table could serve (a newer autotune's
+    knob, a value this one lacks). A table with any is refused whole: no call may fail on
+    a plan it cannot read."""
+    problems = [
+        f"PROVENANCE[{name!r}] is {type(provenance.get(name)).__name__}, not a dict"
+        for name in ("device", "versions")
+        if not isinstance(provenance.get(name, {}), dict)
+    ]
+    plans = [(f"entry {key}", e.get("plan", {})) for key, e in entries.items() if e.get("admitted")]
+    plans += [(f"bucket {i}", b.get("plan", {})) for i, b in enumerate(buckets)]
+    for where, plan in plans:
+        try:
+            Plan.from_dict(plan)
+        except (TypeError, ValueError) as exc:
+            problems.append(
+                f"{where}'s plan cannot be read by this autotune ({str(exc)[:160]}); "
+                "re-export the table with this autotune, or serve it with the one that wrote it"
+            )
+            break  # one is enough to refuse the table; the rest say the same
+    return problems
 
 
 def _major_minor(version: str | None) -> str | None:
@@ -229,6 +292,7 @@ def compatibility_problems(table: DispatchTable, device: DeviceInfo) -> list[str
     """Why this table must not serve on this device and software stack (empty: fine)."""
     prov = table.provenance
     made_on = prov.get("device", {})
+    made_on = made_on if isinstance(made_on, dict) else {}  # load_table named it a problem
     problems = []
     if made_on.get("type") != device.type:
         problems.append(
@@ -249,18 +313,28 @@ def compatibility_problems(table: DispatchTable, device: DeviceInfo) -> list[str
                 f"{device.name}; validate it here with 'autotune validate'"
             )
     versions = prov.get("versions", {})
+    versions = versions if isinstance(versions, dict) else {}
     here = software_versions()
     differ = []  # (name, the table's version, this one)
     if _major_minor(versions.get("torch")) != _major_minor(here["torch"]):
         differ.append(("torch", versions.get("torch"), here["torch"]))
     plans = [e.get("plan", {}) for e in table.entries.values() if e.get("admitted")]
     plans += [b.get("plan", {}) for b in table.buckets]
-    uses_triton = any(Plan.from_dict(p).uses_triton for p in plans)
+    uses_triton = any(_uses_triton(p) for p in plans)
     if uses_triton and _major_minor(versions.get("triton")) != _major_minor(here["triton"]):
         differ.append(("triton", versions.get("triton"), here["triton"]))
     if differ:
         problems.append(version_mismatch_problem(table, differ))
     return problems
+
+
+def _uses_triton(plan: Any) -> bool:
+    """Whether a plan runs Triton kernels; one this autotune cannot read counts as one
+    (load_table refuses its table anyway)."""
+    try:
+        return Plan.from_dict(plan).uses_triton
+    except (TypeError, ValueError):
+        return True
 
 
 def _version(name: str, version: str | None, missing: str) -> str:
