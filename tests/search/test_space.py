@@ -226,3 +226,27 @@ def test_plans_the_device_refuses_cost_no_trial(tmp_path) -> None:
     assert {
         t.user_attrs[trials.PLAN].get("cuda_graph", False) for t in done if trials.counts(t)
     } == {False}
+
+
+def test_the_long_space_rounds_operands_only_before_exact_half_attention() -> None:
+    """Case 14's exact route with graded rounding (session 55: 2.986 s against 3.080 at 2
+    bits everywhere, 0 failed on the 5 seeds, H100) is a searched knob set and an enqueued
+    plan the rules admit at case 14; no plan rounds operands the rules would refuse for
+    precision or attention (free trials)."""
+    from autotune.backends.precision import drop_bits_reasons
+
+    (long,) = [s for s in builtin_spaces() if s.name == "gpu-long"]
+    case14 = get_case("14").config
+    graded = [p for p in long.enqueue if p.attn_drop_bits_late]
+    assert [(p.attention, p.attn_drop_bits_late, p.attn_drop_late_from) for p in graded] == [
+        ("sdpa_cudnn", 6, 8192)
+    ]
+    assert drop_bits_reasons(graded[0], case14) == []
+    rounded = [
+        p
+        for p in itertools.islice(long.enumerate(), 200_000)
+        if p.attn_drop_bits or p.attn_drop_bits_late
+    ]
+    assert rounded and {p.attention for p in rounded} <= {"sdpa_cudnn", "sdpa_flash", "triton"}
+    assert {(p.attn_drop_bits, p.attn_drop_bits_late) for p in rounded} == {(2, 0), (0, 6), (0, 7)}
+    assert all(drop_bits_reasons(p, case14) == [] for p in rounded)
