@@ -339,6 +339,7 @@ def test_bench_prints_the_official_protocol_table(pipeline, tmp_path, capsys) ->
         ),
         (["plot", "--gpu", "nope"], "unknown GPU profile 'nope'; valid profiles: cpu"),
         (["report", "--gpu", "nope"], "unknown GPU profile 'nope'; valid profiles: cpu"),
+        (["plot", "--gpu", "auto", "--storage", "sqlite:///no.db"], "'sqlite:///no.db' does not"),
         (["study", "--gpu", "cpu", "--seed", "-1"], "--seed -1: give a seed from 0 to 4294967295"),
         (["study", "--gpu", "cpu", "--seed", str(2**32)], "--seed 4294967296: give a seed"),
         (["unseen", "--table", "tables/h200.py", "--seed", "-3"], "--seed -3: give a seed"),

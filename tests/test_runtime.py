@@ -297,8 +297,8 @@ def test_a_table_this_autotune_cannot_read_is_refused_and_the_reference_serves(
     ("field", "value", "says"),
     [
         ("ENTRIES", None, "ENTRIES is NoneType 'None', not a dict"),
-        ("TABLE_VERSION", "x", "TABLE_VERSION is str 'x', not a int"),
-        ("TABLE_VERSION", True, "TABLE_VERSION is bool 'True', not a int"),
+        ("TABLE_VERSION", "x", "TABLE_VERSION is str 'x', not an int"),
+        ("TABLE_VERSION", True, "TABLE_VERSION is bool 'True', not an int"),
         ("PROVENANCE", [1], "PROVENANCE is list '[1]', not a dict"),
         ("BUCKETS", [3], "BUCKETS holds a int, not a bucket dict"),
         ("ENTRIES", {KEY: "plan"}, "ENTRIES holds \"(2, 16, 32, 2, 64, 2, True, 'float32')\": str"),
@@ -311,6 +311,38 @@ def test_a_table_field_of_the_wrong_type_is_named_in_one_error(table, field, val
     values = dict(read_table_file(table), **{field: value})
     with pytest.raises(ValueError, match=re.escape(f"<mapping>: {says}")):
         load_table(values)
+
+
+def test_a_newer_schema_whose_fields_have_other_shapes_is_refused_not_raised(table) -> None:
+    """The field checks ran before the schema check: a schema-3 table with BUCKETS of
+    another shape raised at construction, where it loaded refused before."""
+    from autotune.runtime.table import read_table_file
+
+    values = dict(read_table_file(table), SCHEMA_VERSION=3, BUCKETS={"new": "form"})
+    values["ENTRIES"] = {"a string key": ["a", "list"]}
+    loaded = load_table(values)
+    (problem,) = loaded.problems
+    assert problem.startswith("schema version 3 is not one this autotune reads (1, 2)")
+    model, ref = _model(loaded)
+    x = torch.randn(2, 16, 32)
+    with serving(), warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert check_outputs(model(x), ref(x)).passed
+        assert "table refused: schema version 3" in str(model.explain(x))
+
+
+def test_a_model_of_mixed_weight_dtypes_is_left_to_the_reference(table) -> None:
+    """The dtype refusal compared x with the first weight only: half Linears with float
+    LayerNorms (which the reference runs on half x) were refused, with wrong advice."""
+    model, ref = _model(table)
+    for module in [*model.modules(), *ref.modules()]:
+        if isinstance(module, torch.nn.Linear):
+            module.half()
+    x = torch.randn(2, 16, 32).half()
+    with serving():
+        assert "the call is refused" not in str(model.explain(x))
+        out = model(x)
+        assert out.dtype == torch.float16 and torch.equal(out, ref(x))  # the reference's
 
 
 def test_a_schema_version_of_the_wrong_type_is_shown_as_written(table, tmp_path) -> None:

@@ -266,11 +266,18 @@ def _table_or_none(path: str | None, profile: str):  # type: ignore[no-untyped-d
     return table, table_path
 
 
+def _studied_profile(name: str) -> str:
+    """The profile whose studies plot and report read: ``auto`` is the device's here; an
+    unknown name is refused in one line (not as a profile with no studies)."""
+    from autotune.core.profiles import get_profile, select_profile
+
+    return select_profile("auto").profile.name if name == "auto" else get_profile(name).name
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
-    from autotune.core.profiles import get_profile
     from autotune.tools.report import plot_studies, profile_studies, table_winners
 
-    get_profile(args.gpu)  # an unknown profile in one line, not "no studies for" it
+    args.gpu = _studied_profile(args.gpu)
     table, _ = _table_or_none(args.table, args.gpu)  # a bad --table before any reading
     studies = profile_studies(open_storage(args.storage), args.gpu, args.case)
     if not studies:
@@ -286,13 +293,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from autotune.core.profiles import get_profile
     from autotune.tools.report import evaluation_markdown, profile_studies, write_report
 
     if args.evaluations:
         print(evaluation_markdown(args.evaluations))
         return 0
-    get_profile(args.gpu)  # an unknown profile in one line, not "nothing to report for" it
+    args.gpu = _studied_profile(args.gpu)
     if args.notes and not Path(args.notes).is_file():
         raise ValueError(f"--notes {args.notes!r} does not exist; give a markdown file")
     if args.target is not None and not args.bench:

@@ -238,9 +238,8 @@ def select_cases(spec: str) -> list[Case]:
                 case
                 for part in parts
                 for case in (
-                    [parse_custom(part)]
+                    [parse_custom(part)]  # a shape, as ';' lists always read them
                     if _CUSTOM.match(part)
-                    and not all(t.strip() in _REGISTRY for t in part.split(","))
                     else select_cases(part)
                 )
             )

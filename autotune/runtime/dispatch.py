@@ -675,14 +675,15 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
 
     def _dtype_mismatch(self, x: Tensor) -> str:
         """Why x's dtype cannot meet the weights' ('' where it can): the reference's own
-        error names a matmul ('mat1 and mat2 must have the same dtype'). Under autocast
-        the reference casts, and serves."""
-        weight = next(self.parameters(), None)
-        if weight is None or x.dtype == weight.dtype or any_autocast():
-            return ""
-        name = str(weight.dtype).removeprefix("torch.")
+        error names a matmul ('mat1 and mat2 must have the same dtype'). Only where every
+        floating weight has one dtype; under autocast the reference casts, and serves."""
+        dtypes = {p.dtype for p in self.parameters() if p.is_floating_point()}
+        if len(dtypes) != 1 or x.dtype in dtypes or any_autocast():
+            return ""  # a model of mixed dtypes is the caller's: the reference says
+        (weights,) = dtypes
+        name = str(weights).removeprefix("torch.")
         return (
-            f"x has dtype {x.dtype}, the model's weights {weight.dtype}; pass "
+            f"x has dtype {x.dtype}, the model's weights {weights}; pass "
             f"x.to(torch.{name}), or convert the model to x's dtype (model.to({x.dtype}))"
         )
 

@@ -177,14 +177,28 @@ def load_table(
     missing = [k for k in TABLE_FIELDS if k not in values]
     if missing:
         raise ValueError(f"{source} is not a dispatch table: it lacks {missing}")
+    schema = values["SCHEMA_VERSION"]
+    if type(schema) is not int or schema not in READABLE_SCHEMAS:  # not 2.0 or True either
+        # Another schema's fields may have other shapes: none of them is read, and the
+        # table is refused whole (the reference serves), not raised on.
+        version = values["TABLE_VERSION"]
+        return DispatchTable(
+            str(values["PROFILE"]),
+            version if isinstance(version, int) else -1,
+            {},
+            {},
+            str(values["CONTENT_HASH"]),
+            source,
+            (
+                f"schema version {schema!r} is not one this autotune reads "
+                f"({', '.join(map(str, READABLE_SCHEMAS))}); re-export the table with this "
+                "autotune, or serve it with the one that wrote it",
+            ),
+            (),
+            -1,
+        )
     _check_shape(values, source)
     problems = []
-    schema = values["SCHEMA_VERSION"]
-    if schema not in READABLE_SCHEMAS:
-        problems.append(
-            f"schema version {schema!r} is not one this autotune reads "
-            f"({', '.join(map(str, READABLE_SCHEMAS))}); re-export the table with this autotune"
-        )
     entries = {tuple(k): v for k, v in values["ENTRIES"].items()}
     buckets = list(values.get("BUCKETS") or [])
     problems += _unreadable_parts(values["PROVENANCE"], entries, buckets)
@@ -197,7 +211,7 @@ def load_table(
             values["PROVENANCE"],
             entries,
             buckets,
-            schema if isinstance(schema, int) else SCHEMA_VERSION,
+            schema,
         )
     except (TypeError, ValueError) as exc:
         actual = f"unhashable ({exc})"
@@ -216,7 +230,7 @@ def load_table(
         source,
         tuple(problems),
         tuple(buckets),
-        schema if isinstance(schema, int) else -1,
+        schema,
     )
 
 
@@ -236,8 +250,9 @@ def _check_shape(values: Mapping[str, Any], source: str) -> None:
         if field in values and (not isinstance(value, types_) or isinstance(value, bool)):
             want = " or ".join(t.__name__ for t in types_ if t is not type(None))
             raise ValueError(
-                f"{source}: {field} is {type(value).__name__} {str(value)[:40]!r}, not a "
-                f"{want}; re-export the table with 'autotune export'"
+                f"{source}: {field} is {type(value).__name__} {str(value)[:40]!r}, not "
+                f"{'an' if want == 'int' else 'a'} {want}; re-export the table with "
+                "'autotune export'"
             )
     for key, entry in values["ENTRIES"].items():
         if not isinstance(key, tuple) or not isinstance(entry, dict):

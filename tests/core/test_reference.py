@@ -182,6 +182,8 @@ def test_case_ids_mix_with_custom_shapes_and_a_range_stops_at_the_cases() -> Non
     mixed = select_cases("3;1,14,64,4,128,2,causal;smoke-2")
     assert [c.id for c in mixed][::2] == ["3", "smoke-2"]
     assert mixed[1].config == TransformerConfig(1, 14, 64, 4, 128, 2, True)
+    # Across ';' six numbers are a shape, as they always were, even when all are case ids.
+    assert [c.config.seq_len for c in select_cases("2,8,4,2,8,1;1,14,64,4,128,2")] == [8, 14]
     for spec in ("1-99999999", "0-3"):
         with pytest.raises(ValueError, match=f"case range '{spec}' runs past the cases"):
             select_cases(spec)

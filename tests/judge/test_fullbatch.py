@@ -131,14 +131,15 @@ def test_scaled_scores_scale_the_q_projection_of_routes_and_oracle(cpu_device) -
 
 @pytest.mark.parametrize("flag", ["--input-scale", "--score-scale"])
 @pytest.mark.parametrize(
-    ("value", "shown"), [("0", "0.0"), ("inf", "inf"), ("nan", "nan"), ("1e300", "1e+300")]
+    ("value", "shown"),
+    [("0", "0.0"), ("inf", "inf"), ("nan", "nan"), ("1e300", "1e+300"), ("1e20", "1e+20")],
 )
 def test_long_refuses_a_scale_that_is_not_a_positive_float32(flag, value, shown, capsys) -> None:
-    """inf and 1e300 (beyond float32) turned the official inputs into inf: the reference
-    itself then 'failed' on every element, a verdict about nothing."""
+    """inf, 1e300 and 1e20 overflowed the reference's own float32 arithmetic: it then
+    'failed' on every element, a verdict about nothing."""
     assert cli(f"long --case {SMALL} --force --route cpu=reference {flag} {value}") == 2
     err = capsys.readouterr().err
-    assert f"{flag} takes a positive number that float32 holds" in err and f"got {shown}" in err
+    assert f"{flag} takes a positive number up to 1e+06" in err and f"got {shown}" in err
     assert len(err.strip().splitlines()) == 1
 
 
