@@ -938,3 +938,29 @@ def test_unseen_records_what_served_each_shape_with_and_without_the_gate(tmp_pat
         assert "gate on first use" in gated[i]["source"] and gated[i]["served"] == "yes"
     assert all(r["failed_elements"] == 0 for r in plain + gated)
     assert len(load_table(path).buckets) == 1  # the table is never written
+
+
+def test_buckets_write_nothing_over_a_table_that_changed_while_they_were_verified(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """The table (default --out) was read as the run began and rewritten at its end: an
+    export that wrote it meanwhile lost its entries."""
+    from autotune.cli.main import main
+
+    entries = {k: v for k, v in ENTRIES.items() if k[2:] == DIMS}
+    path = _table(tmp_path, [], entries)
+    monkeypatch.setattr("autotune.evaluate.evaluate_plan", lambda *a, **k: _outcome())
+    monkeypatch.setattr("autotune.core.isolate.call_isolated", lambda fn, job: (fn(job), ""))
+    newer = path.read_text().replace("# Generated", "# Generated again", 1)
+    import autotune.ship.buckets as buckets_mod
+
+    real = buckets_mod.build_buckets
+
+    def build(*args, **kwargs):  # type: ignore[no-untyped-def]
+        path.write_text(newer)  # another run writes the table meanwhile
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(buckets_mod, "build_buckets", build)
+    assert main(["buckets", "--table", str(path), "--gpu", "cpu"]) == 2
+    assert f"--out {path} changed while buckets ran" in capsys.readouterr().err
+    assert path.read_text() == newer

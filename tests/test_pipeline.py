@@ -1094,6 +1094,70 @@ def test_bench_csv_is_appended_per_case_and_a_rerun_skips_the_cases_it_holds(
     assert "rows of another table" in capsys.readouterr().err
 
 
+def test_a_bench_csv_resumes_only_under_the_options_its_rows_were_benched_with(
+    pipeline, tmp_path, capsys, monkeypatch
+) -> None:
+    """Rows benched without anchors or a baseline were reused by a run that asked for them:
+    its summaries over the anchors and the baseline then covered some cases only, unsaid."""
+    import dataclasses
+
+    from autotune.tools.bench import read_csv, write_csv
+
+    _fast_bench(monkeypatch)
+    out = tmp_path / "bench.csv"
+    table = pipeline["table"]
+    assert cli(f"bench --table {table} --gpu cpu --cases smoke-1 --csv {out}") == 0
+    capsys.readouterr()
+    for more in ("--anchors sdpa", f"--baseline {table}"):
+        assert (
+            cli(f"bench --table {table} --gpu cpu --cases smoke-1,smoke-3 --csv {out} {more}") == 2
+        )
+        err = capsys.readouterr().err
+        assert "holds case smoke-1 benched with other options" in err and "--anchors" in err
+    assert [r.case for r in read_csv(out)] == ["smoke-1"]  # nothing appended
+    # a row written before the options column: judged by what it holds
+    (row,) = read_csv(out)
+    write_csv([dataclasses.replace(row, options="")], out)
+    assert cli(f"bench --table {table} --gpu cpu --cases smoke-1 --csv {out} --anchors sdpa") == 2
+    assert "anchors [], no baseline" in capsys.readouterr().err
+    assert cli(f"bench --table {table} --gpu cpu --cases smoke-1 --csv {out}") == 0
+    assert "(from the CSV)" in capsys.readouterr().out
+
+
+def test_a_bench_csv_another_table_wrote_to_meanwhile_takes_no_row(tmp_path) -> None:
+    """Two benches of two tables on one new CSV at once each checked the CSV only as it
+    started, and both appended: rows of two tables, each case twice."""
+    from autotune.tools.bench import BenchRow, append_csv, read_csv
+
+    out = tmp_path / "bench.csv"
+    append_csv(BenchRow("smoke-1", "r", "PASS", table_hash="a" * 64), out)
+    with pytest.raises(ValueError, match="another bench wrote rows of table aaaaaaaaaaaaaaaa"):
+        append_csv(BenchRow("smoke-2", "r", "PASS", table_hash="b" * 64), out)
+    append_csv(BenchRow("smoke-2", "r", "PASS", table_hash="a" * 64), out)
+    assert [r.case for r in read_csv(out)] == ["smoke-1", "smoke-2"]
+
+
+def test_export_writes_nothing_over_an_out_that_changed_while_it_measured(
+    pipeline, tmp_path, capsys, monkeypatch
+) -> None:
+    """--out was checked only as export started: a file written there meanwhile (a user's,
+    or another export's table) was replaced, and two exports of some cases lost one."""
+    import autotune.ship.export as export_mod
+
+    out = _table_with_entry(pipeline, tmp_path, {"attention": "sdpa_math", "qkv": "packed"})
+    real = export_mod.kept_buckets
+
+    def meanwhile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out.write_text("my own notes\n")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(export_mod, "kept_buckets", meanwhile)
+    command = f"export --gpu cpu --storage {pipeline['db']} --out {out!s} --cases smoke-3"
+    assert cli(command + " --in-process") == 2
+    assert f"--out {out} changed while export ran" in capsys.readouterr().err
+    assert out.read_text() == "my own notes\n"
+
+
 def test_export_measures_the_anchors_and_never_ships_below_them(pipeline) -> None:
     entries = load_table(pipeline["table"]).entries.values()
     for entry in entries:

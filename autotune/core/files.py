@@ -134,7 +134,33 @@ def write_atomic(path: str | Path, text: str) -> Path:
     return path
 
 
-def append_line(path: str | Path, header: str, line: str) -> None:
+def file_state(path: str | Path) -> str | None:
+    """What a file holds, as a digest (None: no file), to tell whether it changed while a
+    long command measured (``check_unchanged``)."""
+    import hashlib
+
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def check_unchanged(path: str | Path, state: str | None, flag: str, who: str) -> None:
+    """Refuse to write ``path`` where it changed since ``state`` was taken (another run
+    wrote it, or someone edited it): nothing is replaced, nothing lost."""
+    if file_state(path) != state:
+        raise ValueError(
+            f"{flag} {path} changed while {who} ran (another {who}, or an edit): nothing "
+            f"written; run {who} again"
+        )
+
+
+def append_line(
+    path: str | Path,
+    header: str,
+    line: str,
+    check: Callable[[str], None] | None = None,
+) -> None:
     """Append ``line`` to a text file, ``header`` first when the file is new or empty;
     fsynced, so a run cut short keeps every line it wrote (CSV rows).
 
@@ -142,12 +168,18 @@ def append_line(path: str | Path, header: str, line: str) -> None:
     turns: an exclusive lock), and every line ends with a newline: text after the file's
     last newline is a line a kill cut short, and is dropped before the new one is
     written. A write that fails (a full disk) is cut back off, so the file holds whole
-    lines only (unbuffered: no bytes wait in a buffer to be written later)."""
+    lines only (unbuffered: no bytes wait in a buffer to be written later). ``check`` is
+    given the file's whole lines under the lock, and may refuse the append by raising
+    (a bench CSV that another run began with another table's rows meanwhile)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a+b", buffering=0) as fh, _exclusive(fh):
         end = fh.seek(0, os.SEEK_END)
         size = _whole_lines_size(fh)
+        if check is not None:
+            fh.seek(0)
+            check(fh.read(size).decode(errors="replace"))
+            fh.seek(0, os.SEEK_END)
         data = memoryview(((header if size == 0 else "") + line).encode())
         try:
             if size != end:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.core.files import unwritable_folder, write_atomic
+from autotune.core.files import check_unchanged, file_state, unwritable_folder, write_atomic
 from autotune.core.profiles import ProfileSelection
 from autotune.plan import EXPORT_ANCHORS, Plan
 from autotune.runtime.table import (
@@ -154,6 +154,7 @@ def add_buckets(
     from autotune.ship.buckets import Journal, build_buckets, code_digest
 
     env = selection.environment()
+    at_start = file_state(out)  # written only if no other run or edit changed it
     journal_path = journal or buckets_journal_path(out)
     stamp = {k: env[k] for k in ("profile", "emulated", "device", "versions")}
     stamp["code"] = code_digest()
@@ -182,6 +183,7 @@ def add_buckets(
         }
     }
     source = Path(table.source)
+    check_unchanged(out, at_start, "--out", "buckets")
     path, version = write_entries(
         out, table.profile, provenance, entries, buckets, source if source.is_file() else None
     )
@@ -375,6 +377,7 @@ def export_table(
 
     profile = selection.profile.name
     check_out(options.out, profile, options.fresh)
+    at_start = file_state(options.out)  # written only if no other run or edit changed it
     studies = trials.studies_by_case(storage, profile, trials.current_study(profile))
     if not studies:
         raise ValueError(
@@ -461,6 +464,7 @@ def export_table(
             emit=emit,
             earlier=list(old.buckets) if old is not None else [],
         )
+    check_unchanged(options.out, at_start, "--out", "export")
     path, version = write_table(options.out, profile, provenance, winners, kept, buckets)
     if kept:
         emit(f"kept {len(kept)} entries of {options.out} as they are")

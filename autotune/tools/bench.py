@@ -66,6 +66,9 @@ class BenchRow:
     # --hot-path (CUDA): this process's host speed, us of host time per eager launch
     # (``eager_launch_us``); the reference's own time on launch-bound cases follows it.
     launch_us: float | None = None
+    # What the row was benched with (JSON: anchors, baseline table hash, hot path): a CSV
+    # resumes only under the same options. Empty in rows of versions before it.
+    options: str = ""
 
     def best_anchor(self) -> tuple[str, float] | None:
         passing = [(n, s) for n, (v, s) in self.anchors.items() if v == "PASS" and s]
@@ -345,7 +348,9 @@ def write_csv(rows: list[BenchRow], path: str | Path) -> None:
 def append_csv(row: BenchRow, path: str | Path) -> None:
     """One case's row, appended as soon as the case ends (a run cut short keeps its rows);
     the header is written with the first row. A CSV an older version wrote (other
-    columns) is rewritten whole, atomically, under this version's header first."""
+    columns) is rewritten whole, atomically, under this version's header first. Under the
+    append's lock, a CSV that another run meanwhile gave rows of another table is refused
+    (two benches of two tables on one CSV at once)."""
     from autotune.core.files import append_line
 
     path = Path(path)
@@ -356,7 +361,40 @@ def append_csv(row: BenchRow, path: str | Path) -> None:
         if first != header:
             write_csv([*read_csv(path), row], path)
             return
-    append_line(path, header, _csv_text(row))
+
+    def alone(text: str) -> None:
+        for other in csv.DictReader(text.splitlines()):
+            if other.get("table_hash") != row.table_hash:
+                raise ValueError(
+                    f"{path}: another bench wrote rows of table "
+                    f"{str(other.get('table_hash'))[:16]} to it while this one (table "
+                    f"{row.table_hash[:16]}) ran: give each table its own --csv"
+                )
+
+    append_line(path, header, _csv_text(row), check=alone)
+
+
+def bench_options(anchors: list[str] | None, baseline: DispatchTable | None, hot_path: bool) -> str:
+    """What a row is benched with, as the CSV's ``options`` column holds it."""
+    return json.dumps(
+        {
+            "anchors": sorted(anchors or []),
+            "baseline": baseline.content_hash if baseline is not None else "",
+            "hot_path": hot_path,
+        },
+        sort_keys=True,
+    )
+
+
+def _same_options(row: BenchRow, options: str) -> bool:
+    """Whether a CSV's row was benched as this run benches (rows written before the
+    column: the anchors they hold, and whether they have a baseline's time)."""
+    if row.options:
+        return row.options == options
+    asked = json.loads(options)
+    return sorted(row.anchors) == asked["anchors"] and (row.baseline_ms is not None) == bool(
+        asked["baseline"]
+    )
 
 
 def read_csv(path: str | Path) -> list[BenchRow]:
@@ -415,6 +453,13 @@ def _row_from_csv(data: dict[str, str]) -> BenchRow:
     return BenchRow(**kwargs)
 
 
+def _old_options(row: BenchRow) -> str:
+    """What a row written before the ``options`` column shows of its options."""
+    return f"anchors {sorted(row.anchors)}, " + (
+        "a baseline" if row.baseline_ms is not None else "no baseline"
+    )
+
+
 def table_cases(table: DispatchTable) -> str:
     """The case spec of every entry of a table, in case order."""
     return ",".join(sorted({e["case"] for e in table.entries.values()}, key=case_sort_key))
@@ -438,6 +483,7 @@ def bench_table(
     ends, and the cases the CSV already holds for this table are not run again (a run
     spans calls); a CSV of another table is refused."""
     done: dict[str, BenchRow] = {}
+    options = bench_options(anchors, baseline, hot_path)
     if csv_path is not None:
         for row in read_csv(csv_path):
             if row.table_hash != table.content_hash:
@@ -445,6 +491,13 @@ def bench_table(
                     f"{str(csv_path)!r} holds rows of another table (content hash "
                     f"{row.table_hash[:16]}, this is {table.content_hash[:16]}): give another "
                     "--csv, or remove it to start over"
+                )
+            if not _same_options(row, options):
+                raise ValueError(
+                    f"{str(csv_path)!r} holds case {row.case} benched with other options "
+                    f"({row.options or _old_options(row)}; this run: {options}): a summary "
+                    "over both would mix them; give another --csv, or the same --anchors, "
+                    "--baseline and --hot-path to resume it"
                 )
             done[row.case] = row
     emit(ROW_HEADER)
@@ -463,6 +516,7 @@ def bench_table(
             )  # fmt: skip
         if refused and row.route.startswith("reference"):
             row.route = "reference (table refused)"
+        row.options = options
         rows.append(row)
         if csv_path is not None:
             append_csv(row, csv_path)
