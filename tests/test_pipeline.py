@@ -892,6 +892,23 @@ def test_a_storage_that_does_not_exist_is_refused_not_created(tmp_path, capsys) 
         assert not typo.exists()
 
 
+def test_a_new_storage_that_cannot_be_made_leaves_no_empty_file(tmp_path, monkeypatch) -> None:
+    """study on a full disk left a 0-byte database behind."""
+    import errno
+
+    import autotune.search.trials as trials_mod
+
+    new = tmp_path / "new.db"
+
+    def full(url, *args, **kwargs):  # type: ignore[no-untyped-def]
+        new.touch()  # SQLite makes the file, then cannot write its schema
+        raise OSError(errno.ENOSPC, "database or disk is full")
+
+    monkeypatch.setattr(trials_mod, "open_storage", full)
+    assert cli(f"study --gpu cpu --cases smoke-1 --storage sqlite:///{new}") == 2
+    assert not new.exists()
+
+
 def test_a_warm_start_name_a_new_storage_cannot_hold_is_refused_before_the_file_is_made(
     tmp_path, capsys
 ) -> None:

@@ -64,7 +64,13 @@ def open_storage(url: str, heartbeat: int | None = None, *, must_exist: bool = T
                     "write"
                 )
         path.parent.mkdir(parents=True, exist_ok=True)
-    return open_rdb(url, heartbeat, 3 * heartbeat if heartbeat else None)
+    new = path is not None and not path.exists()
+    try:
+        return open_rdb(url, heartbeat, 3 * heartbeat if heartbeat else None)
+    except BaseException:
+        if new and path is not None and path.is_file() and path.stat().st_size == 0:
+            path.unlink()  # made by this call, never written (a full disk): not left behind
+        raise
 
 
 def sqlite_path(url: str) -> Path | None:

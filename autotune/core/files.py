@@ -173,6 +173,16 @@ def append_line(
     (a bench CSV that another run began with another table's rows meanwhile)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    try:
+        _append(path, header, line, check)
+    except BaseException:
+        if new and path.is_file() and path.stat().st_size == 0:
+            path.unlink()  # made by this call, nothing in it (a full disk): not left behind
+        raise
+
+
+def _append(path: Path, header: str, line: str, check: Callable[[str], None] | None) -> None:
     with path.open("a+b", buffering=0) as fh, _exclusive(fh):
         end = fh.seek(0, os.SEEK_END)
         size = _whole_lines_size(fh)

@@ -106,6 +106,21 @@ def test_an_append_that_fails_midway_is_cut_back_off(tmp_path: Path, monkeypatch
     assert path.read_text() == "a,b\n1,2\n5,6\n"
 
 
+def test_a_first_append_a_full_disk_refuses_leaves_no_empty_file(tmp_path, monkeypatch) -> None:
+    """bench --csv on a full disk left a 0-byte CSV behind."""
+    path = tmp_path / "new.csv"
+    real_open = Path.open
+
+    def full_open(self, mode="r", *args, **kwargs):
+        fh = real_open(self, mode, *args, **kwargs)
+        return _FullDisk(fh, room=0) if self == path and "a" in mode else fh
+
+    monkeypatch.setattr(Path, "open", full_open)
+    with pytest.raises(OSError, match="No space"):
+        append_line(path, "a,b\n", "1,2\n")
+    assert not path.exists()
+
+
 def test_a_line_a_kill_cut_short_is_dropped_before_the_next(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     path.write_text('{"a": 1}\n{"b": ')  # killed mid-write
