@@ -406,7 +406,7 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         source = "entry"
         pending = None
         if entry is None:
-            plan, source, more, pending = self._unseen(key, config, info, gate=not problems)
+            plan, source, more, pending = self._unseen(key, config, info)
             reasons += more
         elif not entry.get("admitted"):
             reasons.append(
@@ -426,11 +426,11 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
         return route
 
     def _unseen(
-        self, key: tuple[Any, ...], config: TransformerConfig, info: DeviceInfo, gate: bool
+        self, key: tuple[Any, ...], config: TransformerConfig, info: DeviceInfo
     ) -> tuple[Plan | None, str, list[str], Plan | None]:
-        """A shape without an entry: the bucket holding it, a gate verdict, or why not
-        (``gate``: False when the table is refused here, whose plans never run).
-        Returns (plan, source, reasons, the plan a first call would gate)."""
+        """A shape without an entry of a table that serves here: the bucket holding it, a
+        gate verdict, or why not. Returns (plan, source, reasons, the plan a first call
+        would gate)."""
         assert self.table is not None
         reasons = [f"no entry for case key {key}"]
         bucket = bucketing.find_bucket(self.table.buckets, key)
@@ -442,8 +442,6 @@ class DispatchedTransformer(FreshOnCopy, ReferenceTransformer):
             reasons.append(f"{bucketing.span(bucket)}: its plan is unsupported here: {why[0]}")
         else:
             reasons.append(f"no bucket holds batch {key[0]} x seq {key[1]}")
-        if not gate:
-            return None, "", reasons, None
         if not self.gate_unseen:
             near = bucketing.nearest_plans(self.table.entries, self.table.buckets, key)
             if near:

@@ -88,16 +88,21 @@ class _FullDisk:
         self._fh.close()
 
 
-def test_an_append_that_fails_midway_is_cut_back_off(tmp_path: Path, monkeypatch) -> None:
-    path = tmp_path / "bench.csv"
-    append_line(path, "a,b\n", "1,2\n")
+def _fill_disk_at(path: Path, room: int, monkeypatch) -> None:
+    """Appends to ``path`` fail after ``room`` bytes, as on a full disk."""
     real_open = Path.open
 
     def full_open(self, mode="r", *args, **kwargs):
         fh = real_open(self, mode, *args, **kwargs)
-        return _FullDisk(fh, room=2) if self == path and "a" in mode else fh
+        return _FullDisk(fh, room=room) if self == path and "a" in mode else fh
 
     monkeypatch.setattr(Path, "open", full_open)
+
+
+def test_an_append_that_fails_midway_is_cut_back_off(tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "bench.csv"
+    append_line(path, "a,b\n", "1,2\n")
+    _fill_disk_at(path, 2, monkeypatch)
     with pytest.raises(OSError, match="No space"):
         append_line(path, "a,b\n", "3,4\n")
     monkeypatch.undo()
@@ -109,13 +114,7 @@ def test_an_append_that_fails_midway_is_cut_back_off(tmp_path: Path, monkeypatch
 def test_a_first_append_a_full_disk_refuses_leaves_no_empty_file(tmp_path, monkeypatch) -> None:
     """bench --csv on a full disk left a 0-byte CSV behind."""
     path = tmp_path / "new.csv"
-    real_open = Path.open
-
-    def full_open(self, mode="r", *args, **kwargs):
-        fh = real_open(self, mode, *args, **kwargs)
-        return _FullDisk(fh, room=0) if self == path and "a" in mode else fh
-
-    monkeypatch.setattr(Path, "open", full_open)
+    _fill_disk_at(path, 0, monkeypatch)
     with pytest.raises(OSError, match="No space"):
         append_line(path, "a,b\n", "1,2\n")
     assert not path.exists()
