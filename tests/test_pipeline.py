@@ -470,6 +470,17 @@ def test_bench_anchors_are_timed_in_the_same_run_as_the_table(pipeline, capsys) 
     assert cli(f"bench --table {pipeline['table']} --gpu cpu --anchors nope") == 2
 
 
+def test_bench_does_not_time_the_reference_against_itself(pipeline, capsys) -> None:
+    # The table holds smoke-1 and smoke-3, no buckets: smoke-2 has nothing serving it.
+    assert cli(f"bench --table {pipeline['table']} --gpu cpu --cases smoke-2") == 2
+    assert "--cases 'smoke-2' names no case" in capsys.readouterr().err
+    assert cli(f"bench --table {pipeline['table']} --gpu cpu --cases smoke-1,smoke-2") == 0
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("smoke-2")]
+    assert line.split()[1] == "SKIP" and "no entry or bucket of the table serves" in line
+    assert "over 1 cases" in out and "1 skipped" in out
+
+
 def test_warm_start_seeds_a_new_study_with_other_studies_plans(pipeline, tmp_path) -> None:
     import shutil
 

@@ -19,6 +19,7 @@ from autotune.cli.common import (
 from autotune.core.files import write_atomic
 
 if TYPE_CHECKING:
+    from autotune.core.reference import TransformerConfig
     from autotune.runtime.table import DispatchTable
     from autotune.tools.validate import Validation, Written
 
@@ -33,6 +34,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     anchors = parse_anchors(args.anchors)
     baseline = load_table(args.baseline) if args.baseline else None
     cases = select_cases(args.cases or table_cases(table))
+    held = table_cases(table)
+    if args.cases and table.usable and not table.buckets:
+        shapes = {tuple(key[:7]) for key in table.entries}
+        if not any(_shape_key(c.config) in shapes for c in cases):
+            raise CliError(
+                f"--cases {args.cases!r} names no case {table.source} has an entry for (its "
+                f"entries: cases {held or 'none'}), so each would time the reference against "
+                "itself: give one of them, or leave --cases out"
+            )
     chosen = selection(args)
     refused = list(table.problems) + compatibility_problems(table, chosen.device)
     if refused:
@@ -55,6 +65,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.csv:
         print(f"wrote {args.csv} (a row per case, appended as each ended)")
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0
+
+
+def _shape_key(config: TransformerConfig) -> tuple[object, ...]:
+    """A case's shape as the first seven fields of a table entry's key."""
+    c = config
+    return (c.batch_size, c.seq_len, c.d_model, c.num_heads, c.ffn_dim, c.num_layers, c.causal)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

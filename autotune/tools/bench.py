@@ -115,7 +115,22 @@ def bench_case(
         candidates.append(Candidate("baseline", _dispatcher(case, bench, baseline, device)))
     x, mask = bench.timing_inputs()
     with official_settings(), torch.inference_mode():
-        routes = [str(c.module.explain(x, mask)) for c in candidates]
+        explained = [c.module.explain(x, mask) for c in candidates]
+    served = explained[0]
+    if (
+        table.usable
+        and served.plan is None
+        and served.pending_gate is None
+        and served.key not in table.entries
+    ):  # nothing of the table serves it: a row would time the reference against itself
+        bench.release()
+        return BenchRow(
+            case.id,
+            str(served),
+            "SKIP (no entry or bucket of the table serves this case)",
+            table_hash=table.content_hash,
+        )
+    routes = [str(r) for r in explained]
     names = list(anchors or [])
     candidates += [_anchor(name, bench) for name in names]
     outcomes = evaluate_many(bench, candidates, timing=timing, gate=BENCH_GATE, prune=False)
@@ -227,10 +242,12 @@ def row_line(r: BenchRow) -> str:
         return f"{text:>{width}}"
 
     noise = 100 * r.noise if r.noise is not None else None
+    verdict, _, why = r.verdict.partition(" ")  # "SKIP (why)": the why after the route
     return (
-        f"{r.case:<8} {r.verdict[:7]:<7} {f(r.ref_ms, '.3f', 9)} {f(r.table_ms, '.3f', 9)} "
+        f"{r.case:<8} {verdict:<7} {f(r.ref_ms, '.3f', 9)} {f(r.table_ms, '.3f', 9)} "
         f"{f(r.speedup, '.2f', 8, 'x')} {f(noise, '.1f', 6, '%')} "
         f"{f(r.ref_peak_mib, '.0f', 9)} {f(r.table_peak_mib, '.0f', 9)}  {r.route}"
+        + (f"  {why}" if why else "")
     )
 
 
@@ -330,6 +347,11 @@ def summarise(rows: list[BenchRow]) -> str:
             f"geometric mean {geo:.2f}x over {len(timed)} cases; worst case "
             f"{worst.case} {worst.speedup:.2f}x; "
             f"{sum(r.verdict == 'FAIL' for r in rows)} failed"
+            + (
+                f"; {skipped} skipped"
+                if (skipped := sum(r.verdict.startswith("SKIP") for r in rows))
+                else ""
+            )
         )
     return "\n".join(lines)
 
