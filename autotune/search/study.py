@@ -374,7 +374,9 @@ def make_objective(
         run.in_flight = trial._trial_id
         run.last_free = False
         plan = space.sample(trial)
-        verdict, prior = trials.claim(study, trial, plan.hash, run.n_trials)
+        verdict, prior = trials.claim(
+            study, trial, plan.hash, run.n_trials, note=lambda m: print(m, file=sys.stderr)
+        )
         if verdict == trials.SURPLUS:
             run.stop = True
             raise optuna.TrialPruned(f"surplus: the study has {run.n_trials} complete trials")

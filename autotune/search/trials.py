@@ -369,6 +369,7 @@ def claim(
     *,
     poll: float = 0.2,
     wait: Callable[[float], None] = time.sleep,
+    note: Callable[[str], None] | None = None,
 ) -> tuple[str, FrozenTrial | None]:
     """Before a trial measures anything: whether it may run, and whether its plan is
     already measured, among every process sharing the study (any storage).
@@ -383,20 +384,43 @@ def claim(
     a lower running trial measures that plan, and is otherwise ``"measure"``. Waits end
     because a running trial finishes or fails (a dead process's trial goes stale on its
     heartbeat). The one order the storage does not guarantee: a trial enqueued again by
-    one process while another creates a new one may start after it."""
+    one process while another creates a new one may start after it. ``note`` hears once
+    which lower trials a wait of more than milliseconds is on."""
     trial.set_user_attr(PLAN_HASH, plan_hash)
     me = trial.number
+    said: set[int] = set()
+
+    def waiting(on: list[FrozenTrial], why: str) -> None:
+        new = [t.number for t in on if t.number not in said]
+        if note is not None and new:
+            said.update(new)
+            stale = _stale_after(study)
+            note(
+                f"trial {me} waits for trial(s) {', '.join(map(str, new))} ({why}): RUNNING in "
+                "another process, or left RUNNING by one that ended (killed, a full disk)"
+                + (f"; such a trial is failed once its heartbeat is {stale} s old" if stale else "")
+            )
+        _wait_stale(study, wait, poll)
+
+    unclaimed_since = None
     while True:
         live = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING))
         ahead = [t for t in live if t.state == TrialState.RUNNING and t.number < me]
-        if any(PLAN_HASH not in t.user_attrs for t in ahead):
-            wait(poll)  # a lower trial has not claimed its plan yet (milliseconds)
+        unclaimed = [t for t in ahead if PLAN_HASH not in t.user_attrs]
+        if unclaimed:  # a lower trial has not claimed its plan yet: milliseconds, unless
+            # its process died first (its heartbeat goes stale, and it is failed)
+            unclaimed_since = unclaimed_since or time.monotonic()
+            if time.monotonic() - unclaimed_since < 1.0:
+                wait(poll)
+            else:
+                waiting(unclaimed, "not yet claimed a plan")
             continue
+        unclaimed_since = None
         complete = sum(1 for t in live if t.state == TrialState.COMPLETE and counts(t))
         if complete >= n_trials:
             return SURPLUS, None
         if complete + len(ahead) >= n_trials:
-            _wait_stale(study, wait, poll)
+            waiting(ahead, f"with them the study has its {n_trials} trials, if they complete")
             continue
         measured = [
             t
@@ -407,9 +431,20 @@ def claim(
         ]
         if measured:
             return "duplicate", min(measured, key=lambda t: t.number)
-        if not any(t.user_attrs.get(PLAN_HASH) == plan_hash for t in ahead):
+        same = [t for t in ahead if t.user_attrs.get(PLAN_HASH) == plan_hash]
+        if not same:
             return "measure", None
-        _wait_stale(study, wait, poll)  # a lower trial is measuring this plan
+        waiting(same, "measuring the same plan")
+
+
+def _stale_after(study: optuna.Study) -> int | None:
+    """Seconds after which the storage fails a RUNNING trial whose heartbeat stopped."""
+    storage = study._storage
+    storage = getattr(storage, "_backend", storage)  # under Optuna's _CachedStorage
+    interval = getattr(storage, "heartbeat_interval", None)
+    if not interval:
+        return None
+    return getattr(storage, "grace_period", None) or 2 * interval
 
 
 def _wait_stale(study: optuna.Study, wait: Callable[[float], None], poll: float) -> None:

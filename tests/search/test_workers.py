@@ -576,3 +576,35 @@ def test_a_stale_trials_retry_carries_its_plan_but_not_the_dead_attempts_constra
         warnings.simplefilter("error")
         again.set_constraint("correctness", -1.0)  # its own, stored
     assert study.trials[retry.number].constraints == {"correctness": -1.0}
+
+
+def test_a_trial_left_running_before_its_claim_is_failed_on_its_heartbeat_not_waited_on_forever(
+    tmp_path,
+) -> None:
+    """A process killed between Optuna's start of a trial and its claim left it RUNNING with
+    no plan hash: a rerun's next trial waited on it for ever (a claim takes milliseconds,
+    but a dead process never makes it). It is now failed once its heartbeat is stale, and
+    the wait is said once."""
+    import warnings
+
+    from autotune.search.trials import claim, open_storage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's heartbeats are "experimental"
+        storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", 1, 1)
+    study = optuna.create_study(storage=storage, directions=["minimize", "minimize"])
+    dead = study.ask()
+    storage.record_heartbeat(dead._trial_id)  # its process died right after: no claim
+    me = study.ask()
+    notes: list[str] = []
+    start = time.monotonic()
+
+    def wait(seconds: float) -> None:
+        assert time.monotonic() - start < 20, "still waiting on the dead trial"
+        time.sleep(seconds)
+
+    verdict, prior = claim(study, me, "p1", 5, poll=0.05, wait=wait, note=notes.append)
+    assert (verdict, prior) == ("measure", None)
+    assert study.trials[dead.number].state == TrialState.FAIL
+    assert len(notes) == 1 and f"waits for trial(s) {dead.number} (not yet claimed" in notes[0]
+    assert "failed once its heartbeat is 1 s old" in notes[0]
