@@ -239,9 +239,10 @@ def test_the_long_space_rounds_operands_only_before_exact_half_attention() -> No
     case14 = get_case("14").config
     graded = [p for p in long.enqueue if p.attn_drop_bits_late]
     assert [(p.attention, p.attn_drop_bits_late, p.attn_drop_late_from) for p in graded] == [
-        ("sdpa_cudnn", 6, 8192)
+        ("sdpa_cudnn", 7, 8192),  # session 56: 2.927 s, worst 0.635 on the 5 seeds (H100)
+        ("sdpa_cudnn", 6, 8192),
     ]
-    assert drop_bits_reasons(graded[0], case14) == []
+    assert all(drop_bits_reasons(p, case14) == [] for p in graded)
     rounded = [
         p
         for p in itertools.islice(long.enumerate(), 200_000)
