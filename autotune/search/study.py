@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -340,6 +341,8 @@ class RunState:
 
     n_trials: int
     guard: InterruptGuard
+    # this command's run (trials.RUN on each trial it runs; its workers share it)
+    token: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
     stop: bool = False  # the study is full (a surplus trial was met)
     in_flight: int | None = None  # the storage id of the trial being evaluated
     last_free: bool = False  # the last trial cost nothing (a repeat, or forbidden)
@@ -373,6 +376,7 @@ def make_objective(
     def objective(trial: optuna.Trial) -> list[float]:
         run.in_flight = trial._trial_id
         run.last_free = False
+        trial.set_user_attr(trials.RUN, run.token)
         plan = space.sample(trial)
         verdict, prior = trials.claim(
             study, trial, plan.hash, run.n_trials, note=lambda m: print(m, file=sys.stderr)
@@ -608,7 +612,7 @@ def run_case_study(
             )
         finally:
             evaluator.close()
-    new = trials.completed_trials(study) - done_before
+    new = trials.completed_trials(study, run.token)
     if guard.requested:
         raise Interrupted(new)
     if run.broken:

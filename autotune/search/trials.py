@@ -43,6 +43,9 @@ UNSUPPORTED_HERE = "unsupported_here"
 ENQUEUED = "enqueued"
 WARM_START = "warm_start"
 FAIL_REASON = "fail_reason"
+# The command run whose process (or workers) ran the trial: its "new" count is its own,
+# not that of another command sharing the study.
+RUN = "run"
 RETRY_OF = "retry_of"
 SURPLUS = "surplus"
 INTERRUPTED = "interrupted (Ctrl-C): rerun the same command to resume"
@@ -308,10 +311,12 @@ def counts(trial: FrozenTrial) -> bool:
     return DUPLICATE_OF not in attrs and FORBIDDEN not in attrs and UNSUPPORTED_HERE not in attrs
 
 
-def completed_trials(study: optuna.Study) -> int:
-    """The complete trials that count (``counts``)."""
+def completed_trials(study: optuna.Study, run: str | None = None) -> int:
+    """The complete trials that count (``counts``); with ``run``, those that run measured."""
     return sum(
-        1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if counts(t)
+        1
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if counts(t) and (run is None or t.user_attrs.get(RUN) == run)
     )
 
 

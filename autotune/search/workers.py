@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,7 @@ class WorkerJob:
     # --timeout's share of this case: no trial starts after this wall-clock time (time.time())
     deadline: float | None = None
     oracle_batch: int = 1
+    run: str = ""  # the command's run token (trials.RUN), shared by its workers
 
 
 def _worker_main(
@@ -88,7 +90,7 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
     spec = os.environ.get(KILL_WORKER_ENV, "")
     kill_at = int(spec) if spec.isdigit() else None
     with InterruptGuard() as guard:
-        run = RunState(job.n_trials, guard)
+        run = RunState(job.n_trials, guard, job.run or uuid.uuid4().hex[:16])
         evaluator = make_evaluator(
             selection, case, STUDY_TIMING, job.isolate, job.trial_timeout, job.oracle_batch
         )
@@ -140,8 +142,6 @@ def run_workers(
             with contextlib.suppress(OSError, ValueError):
                 os.kill(proc.pid, signal.SIGINT)
 
-    study = _study(job, storage)
-    before = trials.completed_trials(study)
     # A new study's reference time is fixed by its first timed trial (trials.REFERENCE_MS):
     # one worker runs alone until it is (at most SOLO_ROUNDS trials), so that N workers
     # starting together do not each divide by their own.
@@ -161,7 +161,7 @@ def run_workers(
                 break
     if guard.requested:
         study = _study(job, storage)
-        raise Interrupted(trials.completed_trials(study) - before)
+        raise Interrupted(trials.completed_trials(study, job.run))
 
 
 def _drain(tickets: Any) -> None:
@@ -334,6 +334,7 @@ def run_case_with_workers(
         isolate=options.isolate,
         deadline=time.time() + timeout if timeout is not None else None,
         oracle_batch=options.oracle_batch,
+        run=uuid.uuid4().hex[:16],
     )
     gpus = torch.cuda.device_count() if selection.device.type == "cuda" else 0
     before = trials.completed_trials(study)
@@ -348,7 +349,6 @@ def run_case_with_workers(
         run_workers(job, options.workers, gpus, progress=shown)
     finally:
         close()
-    completed = trials.completed_trials(study)
     # The workers' own stop reasons stay in their processes; the space's is readable here.
     spent = space_spent(study, space)
     if spent:
@@ -357,4 +357,5 @@ def run_case_with_workers(
         why = "--timeout reached (rerun to resume)"
     else:
         why = "see the workers' log"
-    return summarise_study(study, case, completed - before, start, options.n_trials, why)
+    mine = trials.completed_trials(study, job.run)
+    return summarise_study(study, case, mine, start, options.n_trials, why)

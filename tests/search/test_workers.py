@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -321,12 +322,17 @@ def test_independent_processes_on_one_storage_complete_exactly_n_trials_measurin
         subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
+    news = []
     for proc in procs:
-        _, err = proc.communicate(timeout=600)
+        out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-2000:]
+        news += [int(n) for n in re.findall(r"measured trials \((\d+) new", out)]
     done = _trials(url)
     complete = [t for t in done if t.state == TrialState.COMPLETE and counts(t)]
     assert len(complete) == 8  # in total, not per process
+    # each says the trials it measured: both said all 8 before (the study's, not theirs)
+    assert len(news) == 2 and sum(news) == 8
+    assert len({t.user_attrs["run"] for t in complete}) <= 2
     measured = [t.user_attrs["plan_hash"] for t in complete if "duplicate_of" not in t.user_attrs]
     assert len(measured) == len(set(measured))  # a repeat reuses the recorded outcome
     assert TrialState.RUNNING not in [t.state for t in done]
