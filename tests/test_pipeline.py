@@ -1438,3 +1438,33 @@ def test_the_study_line_names_the_file_a_relative_sqlite_url_resolves_to(
     first = capsys.readouterr().out.splitlines()[0]
     assert f"storage sqlite:///tmp/x.db (the file {tmp_path / 'tmp' / 'x.db'})" in first
     assert (tmp_path / "tmp" / "x.db").is_file()
+
+
+def test_an_immutable_output_file_is_refused_before_anything_is_measured(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """``chattr +i`` on --out: export measured for minutes, then failed on the replace with
+    [Errno 1]. Now one line up front, exit 2, nothing made (the storage not created)."""
+    import subprocess
+
+    from autotune.cli import common
+
+    out = tmp_path / "table.py"
+    out.write_text("# a user's file\n")
+    db = tmp_path / "none.db"
+    made = subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode == 0
+    if not made:  # no chattr, or a file system without inode flags: as the ioctl reads it
+        monkeypatch.setattr(common, "_inode_flags", lambda path: 0x10)
+    try:
+        assert cli(f"export --gpu cpu --storage sqlite:///{db} --out {out}") == 2
+    finally:
+        if made:
+            subprocess.run(["chattr", "-i", str(out)], check=True)
+    err = capsys.readouterr().err
+    assert f"--out {out}: the file is immutable or append-only" in err
+    assert not db.exists() and out.read_text() == "# a user's file\n"
+    # append-only (+a) takes appends: a --csv there is not refused for it
+    monkeypatch.setattr(common, "_inode_flags", lambda path: 0x20)
+    assert cli(f"export --gpu cpu --storage sqlite:///{db} --out {out}") == 2
+    capsys.readouterr()
+    common._check_changeable("--csv", out, appended=True)  # raises nothing
