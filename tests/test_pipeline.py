@@ -1468,3 +1468,22 @@ def test_an_immutable_output_file_is_refused_before_anything_is_measured(
     assert cli(f"export --gpu cpu --storage sqlite:///{db} --out {out}") == 2
     capsys.readouterr()
     common._check_changeable("--csv", out, appended=True)  # raises nothing
+
+
+def test_autotunes_own_warnings_are_one_line_others_keep_their_form(capsys, recwarn) -> None:
+    """A torn bench CSV row's warning printed the file, line and source of the warn() call
+    under it; the command's own warnings are now one line, like its errors."""
+    import importlib
+    import warnings
+
+    main_mod = importlib.import_module("autotune.cli.main")
+    with main_mod._own_warnings_in_one_line("bench"):
+        from autotune.tools import bench
+
+        warnings.warn_explicit("b.csv: 1 row(s) cut short", UserWarning, bench.__file__, 1)
+        warnings.warn_explicit("elsewhere", UserWarning, "/somewhere/else.py", 7)
+    err = capsys.readouterr().err
+    assert "autotune bench: warning: b.csv: 1 row(s) cut short\n" in err
+    assert "elsewhere" not in err  # passed on as it came (here: to pytest's recorder)
+    assert [str(w.message) for w in recwarn] == ["elsewhere"]
+    assert "bench.py" not in err

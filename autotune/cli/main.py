@@ -9,7 +9,7 @@ import errno
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NoReturn
 
 from autotune.cli import info, long, results, ship, tune
@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv_text = [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)][1:]
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    with interrupt.early_signals():
+    with interrupt.early_signals(), _own_warnings_in_one_line(args.command):
         try:
             check_args(args)
             return int(args.func(args) or 0)
@@ -55,6 +55,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             if interrupt.EARLY.is_set():  # a signal some import swallowed, then this
                 return _interrupted(args, None)
             return _error_exit(args, exc)
+
+
+@contextlib.contextmanager
+def _own_warnings_in_one_line(command: str) -> Iterator[None]:
+    """autotune's own warnings (a torn CSV row, a table refused) as one line each, as its
+    errors are; Python's default adds the file, line and source of the warn() call.
+    Other libraries' warnings keep their form."""
+    import warnings
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if os.path.abspath(filename).startswith(package + os.sep):
+            print(f"autotune {command}: warning: {message}", file=file or sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def entry() -> NoReturn:
