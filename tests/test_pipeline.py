@@ -470,7 +470,7 @@ def test_bench_anchors_are_timed_in_the_same_run_as_the_table(pipeline, capsys) 
     assert cli(f"bench --table {pipeline['table']} --gpu cpu --anchors nope") == 2
 
 
-def test_bench_does_not_time_the_reference_against_itself(pipeline, capsys) -> None:
+def test_bench_does_not_time_the_reference_against_itself(pipeline, tmp_path, capsys) -> None:
     # The table holds smoke-1 and smoke-3, no buckets: smoke-2 has nothing serving it.
     assert cli(f"bench --table {pipeline['table']} --gpu cpu --cases smoke-2") == 2
     assert "--cases 'smoke-2' names no case" in capsys.readouterr().err
@@ -479,6 +479,37 @@ def test_bench_does_not_time_the_reference_against_itself(pipeline, capsys) -> N
     (line,) = [ln for ln in out.splitlines() if ln.startswith("smoke-2")]
     assert line.split()[1] == "SKIP" and "no entry or bucket of the table serves" in line
     assert "over 1 cases" in out and "1 skipped" in out
+    # A baseline that serves smoke-2: the row times the reference (the table has nothing
+    # there) against the baseline's plan, the coverage the table lost.
+    values: dict = {}
+    exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
+    entries = dict(values["ENTRIES"])
+    smoke1 = entries[(2, 16, 32, 2, 64, 2, True, "float32")]
+    entries[(1, 256, 32, 2, 32, 1, True, "float32")] = dict(smoke1, case="smoke-2")
+    base = tmp_path / "base.py"
+    base.write_text(render_table("cpu", values["TABLE_VERSION"], values["PROVENANCE"], entries))
+    table = pipeline["table"]
+    assert cli(f"bench --table {table} --baseline {base} --gpu cpu --cases smoke-2") == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("smoke-2"))
+    assert "SKIP" not in line and line.split()[1] == "PASS", out
+    # Neither serves it: refused, naming both.
+    assert cli(f"bench --table {table} --baseline {table} --gpu cpu --cases smoke-2") == 2
+    assert f"of {table} or {table} is for" in capsys.readouterr().err
+
+
+def test_bench_serves_reads_entries_and_buckets() -> None:
+    from autotune.core.cases import get_case
+    from autotune.runtime.table import DispatchTable
+    from autotune.tools.bench import serves
+
+    config = get_case("smoke-2").config  # batch 1, seq 256, dims (32, 2, 32, 1, causal)
+    bucket = {"dims": [32, 2, 32, 1, True, "float32"], "batch": [1, 4], "seq": [128, 512]}
+    table = DispatchTable("cpu", 1, {}, {}, "h", "t.py", buckets=(bucket,))
+    assert serves(table, config)
+    assert not serves(DispatchTable("cpu", 1, {}, {}, "h", "t.py"), config)
+    other = dict(bucket, seq=[1024, 2048])
+    assert not serves(DispatchTable("cpu", 1, {}, {}, "h", "t.py", buckets=(other,)), config)
 
 
 def test_warm_start_seeds_a_new_study_with_other_studies_plans(pipeline, tmp_path) -> None:
@@ -1441,33 +1472,39 @@ def test_the_study_line_names_the_file_a_relative_sqlite_url_resolves_to(
 
 
 def test_an_immutable_output_file_is_refused_before_anything_is_measured(
-    tmp_path, capsys, monkeypatch
+    pipeline, tmp_path, capsys, monkeypatch
 ) -> None:
-    """``chattr +i`` on --out: export measured for minutes, then failed on the replace with
-    [Errno 1]. Now one line up front, exit 2, nothing made (the storage not created)."""
+    """``chattr +i`` on the output: export measured for minutes, then failed on the
+    replace with [Errno 1], also at its default path. Now one line up front, exit 2,
+    nothing made (the storage not created). Append-only (+a) is refused too: a CSV is
+    truncated at a torn row and a journal removed when done."""
     import subprocess
 
-    from autotune.cli import common
+    from autotune.core import files
 
-    out = tmp_path / "table.py"
+    out = tmp_path / "tables" / "cpu.py"
+    out.parent.mkdir()
     out.write_text("# a user's file\n")
     db = tmp_path / "none.db"
     made = subprocess.run(["chattr", "+i", str(out)], capture_output=True).returncode == 0
     if not made:  # no chattr, or a file system without inode flags: as the ioctl reads it
-        monkeypatch.setattr(common, "_inode_flags", lambda path: 0x10)
+        monkeypatch.setattr(files, "_inode_flags", lambda path: 0x10)
     try:
         assert cli(f"export --gpu cpu --storage sqlite:///{db} --out {out}") == 2
+        monkeypatch.chdir(tmp_path)  # export's default --out: tables/cpu.py
+        assert cli(f"export --gpu cpu --storage {pipeline['db']}") == 2
     finally:
         if made:
             subprocess.run(["chattr", "-i", str(out)], check=True)
     err = capsys.readouterr().err
-    assert f"--out {out}: the file is immutable or append-only" in err
+    assert err.count("the file is immutable or append-only") == 2
     assert not db.exists() and out.read_text() == "# a user's file\n"
-    # append-only (+a) takes appends: a --csv there is not refused for it
-    monkeypatch.setattr(common, "_inode_flags", lambda path: 0x20)
-    assert cli(f"export --gpu cpu --storage sqlite:///{db} --out {out}") == 2
-    capsys.readouterr()
-    common._check_changeable("--csv", out, appended=True)  # raises nothing
+    monkeypatch.setattr(files, "_inode_flags", lambda path: 0x20)
+    assert files.unchangeable_file(out, appended=True) is not None  # --csv, --journal
+    assert files.unchangeable_file(out) is not None
+    monkeypatch.setattr(files, "_inode_flags", lambda path: 0)
+    assert files.unchangeable_file(out, appended=True) is None
+    assert files.unchangeable_file(tmp_path / "absent.csv", appended=True) is None
 
 
 def test_autotunes_own_warnings_are_one_line_others_keep_their_form(capsys, recwarn) -> None:
@@ -1482,6 +1519,10 @@ def test_autotunes_own_warnings_are_one_line_others_keep_their_form(capsys, recw
 
         warnings.warn_explicit("b.csv: 1 row(s) cut short", UserWarning, bench.__file__, 1)
         warnings.warn_explicit("elsewhere", UserWarning, "/somewhere/else.py", 7)
+        warnings.filterwarnings("ignore", message="installed by a module the command imported")
+    # the hook is set back, the filters stay (catch_warnings dropped Optuna's filter)
+    assert warnings.showwarning is not None
+    assert any(f[1] and f[1].pattern.startswith("installed by") for f in warnings.filters)
     err = capsys.readouterr().err
     assert "autotune bench: warning: b.csv: 1 row(s) cut short\n" in err
     assert "elsewhere" not in err  # passed on as it came (here: to pytest's recorder)

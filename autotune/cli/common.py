@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -162,7 +161,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     ``--csv`` and ``--journal`` are files, ``--out`` a file or (``out_is="dir"`` in the parser's
     defaults) a folder. A file must not be a folder, a folder not a file, and the nearest
     existing folder above either must be writable."""
-    from autotune.core.files import unwritable_folder
+    from autotune.core.files import unchangeable_file, unwritable_folder
 
     outputs = [
         (f"--{name}", getattr(args, name, None), "file") for name in ("json", "csv", "journal")
@@ -181,46 +180,5 @@ def check_outputs(args: argparse.Namespace) -> None:
         blocked = unwritable_folder(path if kind == "dir" else path.absolute().parent)
         if blocked is not None:
             raise CliError(f"{flag} {value}: {blocked} is not a writable folder")
-        if kind == "file" and path.is_file():
-            _check_changeable(flag, path, appended=flag in ("--csv", "--journal"))
-
-
-def _check_changeable(flag: str, path: Path, appended: bool) -> None:
-    """An existing output file must take what the command writes: an immutable or
-    append-only one (``chattr +i``/``+a``) refuses its replacement only after minutes of
-    measuring; an appended one (``--csv``, ``--journal``) must open for appending. The
-    open writes nothing."""
-    import errno
-
-    if _inode_flags(path) & (0x10 | (0 if appended else 0x20)):  # immutable, append-only
-        raise CliError(
-            f"{flag} {path}: the file is immutable or append-only (chattr +i or +a: see "
-            "lsattr) and cannot be replaced; give another path, or chattr -i -a it"
-        )
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
-    except OSError as exc:
-        if exc.errno == errno.EPERM or appended:
-            raise CliError(
-                f"{flag} {path}: the file cannot be written ({exc.strerror}); give another "
-                "path, or make it writable"
-            ) from None
-
-
-def _inode_flags(path: Path) -> int:
-    """Linux's inode flags of a file (``lsattr``); 0 where they cannot be read."""
-    import array
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return 0
-    try:
-        flags = array.array("l", [0])
-        fcntl.ioctl(fd, 0x80086601, flags, True)  # FS_IOC_GETFLAGS
-        return int(flags[0])
-    except OSError:
-        return 0
-    finally:
-        os.close(fd)
+        if kind == "file" and (why := unchangeable_file(path, flag in ("--csv", "--journal"))):
+            raise CliError(f"{flag} {value}: {why}")

@@ -73,9 +73,13 @@ def _own_warnings_in_one_line(command: str) -> Iterator[None]:
         else:
             shown(message, category, filename, lineno, file, line)
 
-    with warnings.catch_warnings():
-        warnings.showwarning = show
+    # Only the hook is set back after: catch_warnings() would also drop the filters that
+    # modules imported during the command install (Optuna's ExperimentalWarning off).
+    warnings.showwarning = show
+    try:
         yield
+    finally:
+        warnings.showwarning = shown
 
 
 def entry() -> NoReturn:

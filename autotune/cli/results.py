@@ -19,7 +19,6 @@ from autotune.cli.common import (
 from autotune.core.files import write_atomic
 
 if TYPE_CHECKING:
-    from autotune.core.reference import TransformerConfig
     from autotune.runtime.table import DispatchTable
     from autotune.tools.validate import Validation, Written
 
@@ -28,21 +27,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from autotune.core.cases import select_cases
     from autotune.plan import parse_anchors
     from autotune.runtime import compatibility_problems, load_table
-    from autotune.tools.bench import bench_table, summarise, table_cases
+    from autotune.tools.bench import bench_table, serves, summarise, table_cases
 
     table = load_table(args.table)
     anchors = parse_anchors(args.anchors)
     baseline = load_table(args.baseline) if args.baseline else None
     cases = select_cases(args.cases or table_cases(table))
-    held = table_cases(table)
-    if args.cases and table.usable and not table.buckets:
-        shapes = {tuple(key[:7]) for key in table.entries}
-        if not any(_shape_key(c.config) in shapes for c in cases):
-            raise CliError(
-                f"--cases {args.cases!r} names no case {table.source} has an entry for (its "
-                f"entries: cases {held or 'none'}), so each would time the reference against "
-                "itself: give one of them, or leave --cases out"
-            )
+    tables = [t for t in (table, baseline) if t is not None]
+    served = any(serves(t, c.config) for t in tables for c in cases)
+    if args.cases and all(t.usable for t in tables) and not served:
+        held = table_cases(table)
+        raise CliError(
+            f"--cases {args.cases!r} names no case that an entry or a bucket of "
+            f"{table.source}" + (f" or {baseline.source}" if baseline else "") + " is for "
+            f"(its entries: cases {held or 'none'}), so each would time the reference "
+            "against itself: give one of them, or leave --cases out"
+        )
     chosen = selection(args)
     refused = list(table.problems) + compatibility_problems(table, chosen.device)
     if refused:
@@ -65,12 +65,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.csv:
         print(f"wrote {args.csv} (a row per case, appended as each ended)")
     return 1 if any(r.verdict == "FAIL" for r in rows) else 0
-
-
-def _shape_key(config: TransformerConfig) -> tuple[object, ...]:
-    """A case's shape as the first seven fields of a table entry's key."""
-    c = config
-    return (c.batch_size, c.seq_len, c.d_model, c.num_heads, c.ffn_dim, c.num_layers, c.causal)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -117,6 +117,7 @@ def cmd_study(args: argparse.Namespace) -> int:
         oracle_batch=args.oracle_batch,
         warm_start=tuple(s.strip() for s in (args.warm_start or "").split(",") if s.strip()),
         space_files=tuple(args.space or ()),
+        quiet=args.quiet,
     )
     chosen = selection(args)
     cases = select_cases(args.cases or ("smoke" if chosen.profile.name == "cpu" else "1-13"))

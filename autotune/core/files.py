@@ -308,6 +308,52 @@ def unwritable_folder(folder: str | Path) -> Path | None:
     return None
 
 
+# Linux inode flags (lsattr): a file that takes no replacement, truncation or removal.
+_IMMUTABLE, _APPEND_ONLY = 0x10, 0x20
+
+
+def unchangeable_file(path: str | Path, appended: bool = False) -> str | None:
+    """Why an existing output file cannot take what a command writes there, else None:
+    immutable or append-only (``chattr +i``/``+a``; outputs are replaced atomically, and
+    appended ones are truncated at a torn row or removed when done), or, for an output
+    appended to in place (``appended``), one that does not open for writing. Nothing is
+    written; a path that is not a regular file is left to the write."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    if _inode_flags(path) & (_IMMUTABLE | _APPEND_ONLY):
+        return (
+            "the file is immutable or append-only (chattr +i or +a: see lsattr) and cannot "
+            "be replaced; give another path, or chattr -i -a it"
+        )
+    if appended:
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+        except OSError as exc:
+            return f"the file cannot be written ({exc.strerror}); give another path"
+    return None
+
+
+def _inode_flags(path: Path) -> int:
+    """Linux's inode flags of a file (``FS_IOC_GETFLAGS``, as lsattr reads them); 0 where
+    the platform or the file system has none."""
+    try:
+        import array
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except (ImportError, AttributeError, OSError):
+        return 0
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, 0x80086601, flags, True)
+        return int(flags[0])
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
 class Journal:
     """Finished verifications, one JSON line each, appended and fsynced as each ends: a
     run cut short (a device call's time limit, Ctrl-C, a killed process) resumes from it

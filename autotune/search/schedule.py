@@ -103,6 +103,7 @@ def _run_each(
                 trial_timeout=options.trial_timeout,
                 warm=warm,
                 oracle_batch=options.oracle_batch,
+                quiet=options.quiet,
             )
         finally:
             close()

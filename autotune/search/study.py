@@ -95,6 +95,7 @@ class StudyOptions:
     oracle_batch: int = 1
     warm_start: tuple[str, ...] = ()
     space_files: tuple[str, ...] = ()
+    quiet: bool = False  # no progress bar, and no line when a trial waits on another
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -343,6 +344,7 @@ class RunState:
     guard: InterruptGuard
     # this command's run (trials.RUN on each trial it runs; its workers share it)
     token: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
+    quiet: bool = False  # --quiet: a long wait on another process's trial is not said
     stop: bool = False  # the study is full (a surplus trial was met)
     in_flight: int | None = None  # the storage id of the trial being evaluated
     last_free: bool = False  # the last trial cost nothing (a repeat, or forbidden)
@@ -379,7 +381,7 @@ def make_objective(
         trial.set_user_attr(trials.RUN, run.token)
         plan = space.sample(trial)
         verdict, prior = trials.claim(
-            study, trial, plan.hash, run.n_trials, note=lambda m: print(m, file=sys.stderr)
+            study, trial, plan.hash, run.n_trials, note=None if run.quiet else _say
         )
         if verdict == trials.SURPLUS:
             run.stop = True
@@ -451,6 +453,16 @@ def space_spent(study: optuna.Study, space: SearchSpace) -> bool:
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     tried = [t for t in done if trials.counts(t) or trials.UNSUPPORTED_HERE in t.user_attrs]
     return not space.larger_than(len({t.user_attrs.get(trials.PLAN_HASH) for t in tried}))
+
+
+def _say(line: str) -> None:
+    """A line to stderr that leaves a progress bar whole (tqdm clears and redraws it)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm comes with Optuna; a bare print where it does not
+        print(line, file=sys.stderr, flush=True)
+    else:
+        tqdm.write(line, file=sys.stderr)
 
 
 def _quiet_optuna() -> None:
@@ -567,6 +579,7 @@ def run_case_study(
     trial_timeout: float = 600.0,
     warm: list[tuple[Plan, str]] | None = None,
     oracle_batch: int = 1,
+    quiet: bool = False,
 ) -> StudySummary:
     """Run (or resume) one case's study until it has ``n_trials`` completed trials (in
     total, whatever other processes share the study), or more where plans named in
@@ -589,7 +602,7 @@ def run_case_study(
             progress(state)
 
     with InterruptGuard() as guard:
-        run = RunState(n_trials, guard)
+        run = RunState(n_trials, guard, quiet=quiet)
         evaluator = make_evaluator(selection, case, timing, isolate, trial_timeout, oracle_batch)
         objective = make_objective(
             study,

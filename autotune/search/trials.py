@@ -12,6 +12,7 @@ Pareto set is Optuna's own ``study.best_trials``.
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import time
 import warnings
@@ -393,17 +394,23 @@ def claim(
     which lower trials a wait of more than milliseconds is on."""
     trial.set_user_attr(PLAN_HASH, plan_hash)
     me = trial.number
+    since: dict[int, float] = {}  # when this trial began to wait on each lower one
     said: set[int] = set()
 
     def waiting(on: list[FrozenTrial], why: str) -> None:
-        new = [t.number for t in on if t.number not in said]
-        if note is not None and new:
-            said.update(new)
+        now = time.monotonic()
+        for t in on:
+            since.setdefault(t.number, now)
+        long = [n for n in since if n not in said and now - since[n] >= NOTE_AFTER]
+        long = [t.number for t in on if t.number in long]
+        if note is not None and long:
+            said.update(long)
             stale = _stale_after(study)
             note(
-                f"trial {me} waits for trial(s) {', '.join(map(str, new))} ({why}): RUNNING in "
-                "another process, or left RUNNING by one that ended (killed, a full disk)"
-                + (f"; such a trial is failed once its heartbeat is {stale} s old" if stale else "")
+                f"trial {me} has waited {NOTE_AFTER:g} s for trial(s) "
+                f"{', '.join(map(str, long))} ({why}): RUNNING in another process, or left by "
+                "one that ended"
+                + (f"; one is failed after {stale} s without a heartbeat" if stale else "")
             )
         _wait_stale(study, wait, poll)
 
@@ -418,7 +425,8 @@ def claim(
             if time.monotonic() - unclaimed_since < 1.0:
                 wait(poll)
             else:
-                waiting(unclaimed, "not yet claimed a plan")
+                if not _fail_never_beating(study, unclaimed):  # died in ask(): none beat
+                    waiting(unclaimed, "not yet claimed a plan")
             continue
         unclaimed_since = None
         complete = sum(1 for t in live if t.state == TrialState.COMPLETE and counts(t))
@@ -440,6 +448,51 @@ def claim(
         if not same:
             return "measure", None
         waiting(same, "measuring the same plan")
+
+
+# A wait on another trial longer than this is said (``claim``'s ``note``): shorter ones
+# are the normal hand-over between processes sharing a study.
+NOTE_AFTER = 10.0
+
+
+def _fail_never_beating(study: optuna.Study, running: list[FrozenTrial]) -> int:
+    """Fail (and retry, as a stale heartbeat is) each RUNNING trial that began longer ago
+    than the heartbeat grace period and never recorded a heartbeat: its process died in
+    ``study.ask()`` (sampling), before Optuna's heartbeat thread started, and Optuna's
+    ``fail_stale_trials`` passes over a trial without one. Returns how many it failed."""
+    stale = _stale_after(study)
+    if not stale:
+        return 0
+    failed = 0
+    backend = getattr(study._storage, "_backend", study._storage)
+    now = datetime.datetime.now()  # Optuna stamps datetime_start with this process's clock
+    for t in running:
+        start = t.datetime_start
+        if start is None or (now - start).total_seconds() < stale or _beats(backend, t):
+            continue
+        try:
+            study._storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue  # another process failed (or its own finished) it first
+        failed += 1
+        retry = backend.get_heartbeat_stale_trial_callback()
+        if retry is not None:
+            retry(study, study._storage.get_trial(t._trial_id))
+    return failed
+
+
+def _beats(backend: Any, trial: FrozenTrial) -> bool:
+    """Whether the trial has a heartbeat record (True where that cannot be read: then it
+    is left to Optuna's own stale-trial check)."""
+    try:
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(backend.scoped_session) as session:
+            found = models.TrialHeartbeatModel.where_trial_id(trial._trial_id, session)
+            return found is not None
+    except Exception:  # another storage, or another Optuna: not ours to decide
+        return True
 
 
 def _stale_after(study: optuna.Study) -> int | None:

@@ -56,6 +56,7 @@ class WorkerJob:
     deadline: float | None = None
     oracle_batch: int = 1
     run: str = ""  # the command's run token (trials.RUN), shared by its workers
+    quiet: bool = False
 
 
 def _worker_main(
@@ -90,7 +91,7 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
     spec = os.environ.get(KILL_WORKER_ENV, "")
     kill_at = int(spec) if spec.isdigit() else None
     with InterruptGuard() as guard:
-        run = RunState(job.n_trials, guard, job.run or uuid.uuid4().hex[:16])
+        run = RunState(job.n_trials, guard, job.run or uuid.uuid4().hex[:16], quiet=job.quiet)
         evaluator = make_evaluator(
             selection, case, STUDY_TIMING, job.isolate, job.trial_timeout, job.oracle_batch
         )
@@ -335,6 +336,7 @@ def run_case_with_workers(
         deadline=time.time() + timeout if timeout is not None else None,
         oracle_batch=options.oracle_batch,
         run=uuid.uuid4().hex[:16],
+        quiet=options.quiet,
     )
     gpus = torch.cuda.device_count() if selection.device.type == "cuda" else 0
     before = trials.completed_trials(study)

@@ -13,7 +13,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from autotune.core.files import check_unchanged, file_state, unwritable_folder, write_atomic
+from autotune.core.files import (
+    check_unchanged,
+    file_state,
+    unchangeable_file,
+    unwritable_folder,
+    write_atomic,
+)
 from autotune.core.profiles import ProfileSelection
 from autotune.plan import EXPORT_ANCHORS, Plan
 from autotune.runtime.table import (
@@ -214,6 +220,9 @@ def check_out(
     if blocked is not None:
         raise ValueError(f"--out {path}: {blocked} is not a writable directory; give a path "
                          "where a file can be written")  # fmt: skip
+    why = unchangeable_file(path)
+    if why is not None:
+        raise ValueError(f"--out {path}: {why}")
     if fresh or not path.exists():
         return None
     from autotune.runtime.table import load_table

@@ -19,7 +19,7 @@ from autotune.core.cases import Case, case_sort_key
 from autotune.core.device import DeviceInfo
 from autotune.core.outcome import HOST_HEADROOM, OutcomeKind, paced_by
 from autotune.core.profiles import ProfileSelection
-from autotune.core.reference import official_settings
+from autotune.core.reference import TransformerConfig, official_settings
 from autotune.evaluate import Candidate, evaluate_many
 from autotune.judge.gate import CaseBench, GateSettings
 from autotune.measure import (
@@ -31,6 +31,8 @@ from autotune.measure import (
 )
 from autotune.plan import ANCHORS, Plan
 from autotune.runtime import DispatchedTransformer, DispatchTable
+from autotune.runtime.buckets import covers
+from autotune.runtime.dispatch import Route
 
 BENCH_GATE = GateSettings(padded_seeds=())  # the official protocol: 5 seeds, as given
 
@@ -107,7 +109,12 @@ def bench_case(
     table's and every anchor, each gated on the official seeds, then timed interleaved
     with the official loop (absolute medians, each over this one reference)."""
     if case.regime == "infeasible-dense":
-        return BenchRow(case.id, "-", "SKIP (the dense reference cannot run this shape)")
+        return BenchRow(
+            case.id,
+            "-",
+            "SKIP (the dense reference cannot run this shape)",
+            table_hash=table.content_hash,
+        )
     bench = CaseBench(case, device)
     model = _dispatcher(case, bench, table, device)
     candidates: list[Any] = [Candidate("table", model)]
@@ -116,18 +123,22 @@ def bench_case(
     x, mask = bench.timing_inputs()
     with official_settings(), torch.inference_mode():
         explained = [c.module.explain(x, mask) for c in candidates]
-    served = explained[0]
-    if (
-        table.usable
-        and served.plan is None
-        and served.pending_gate is None
-        and served.key not in table.entries
-    ):  # nothing of the table serves it: a row would time the reference against itself
+
+    def unserved(route: Route, of: DispatchTable) -> bool:
+        return (
+            of.usable and route.plan is None and route.pending_gate is None
+            and route.key not in of.entries
+        )  # fmt: skip
+
+    if unserved(explained[0], table) and (baseline is None or unserved(explained[1], baseline)):
+        # nothing serves it: a row would time the reference against itself
         bench.release()
         return BenchRow(
             case.id,
-            str(served),
-            "SKIP (no entry or bucket of the table serves this case)",
+            str(explained[0]),
+            "SKIP (no entry or bucket of the table"
+            + (" or the baseline" if baseline is not None else "")
+            + " serves this case)",
             table_hash=table.content_hash,
         )
     routes = [str(r) for r in explained]
@@ -340,19 +351,18 @@ def summarise(rows: list[BenchRow]) -> str:
                 + f" (re-export: export ranks plans by their time with the host "
                 f"{HOST_HEADROOM:g}x slower)"
             )
+    failed = sum(r.verdict == "FAIL" for r in rows)
+    skipped = sum(r.verdict.startswith("SKIP") for r in rows)
+    tail = f"{failed} failed" + (f"; {skipped} skipped" if skipped else "")
     if timed:
         geo = math.exp(sum(math.log(r.speedup) for r in timed) / len(timed))
         worst = min(timed, key=lambda r: r.speedup)
         lines.append(
             f"geometric mean {geo:.2f}x over {len(timed)} cases; worst case "
-            f"{worst.case} {worst.speedup:.2f}x; "
-            f"{sum(r.verdict == 'FAIL' for r in rows)} failed"
-            + (
-                f"; {skipped} skipped"
-                if (skipped := sum(r.verdict.startswith("SKIP") for r in rows))
-                else ""
-            )
+            f"{worst.case} {worst.speedup:.2f}x; {tail}"
         )
+    elif rows:
+        lines.append(f"no case timed; {tail}")
     return "\n".join(lines)
 
 
@@ -479,6 +489,16 @@ def _old_options(row: BenchRow) -> str:
     """What a row written before the ``options`` column shows of its options."""
     return f"anchors {sorted(row.anchors)}, " + (
         "a baseline" if row.baseline_ms is not None else "no baseline"
+    )
+
+
+def serves(table: DispatchTable, config: TransformerConfig) -> bool:
+    """Whether an entry or a bucket of ``table`` is for this shape (its plan may still be
+    one the device cannot run); any input dtype."""
+    c = config
+    shape = (c.batch_size, c.seq_len, c.d_model, c.num_heads, c.ffn_dim, c.num_layers, c.causal)
+    return any(tuple(key[:7]) == shape for key in table.entries) or any(
+        covers(bucket, (*shape, bucket["dims"][-1])) for bucket in table.buckets
     )
 
 

@@ -584,33 +584,70 @@ def test_a_stale_trials_retry_carries_its_plan_but_not_the_dead_attempts_constra
     assert study.trials[retry.number].constraints == {"correctness": -1.0}
 
 
-def test_a_trial_left_running_before_its_claim_is_failed_on_its_heartbeat_not_waited_on_forever(
-    tmp_path,
+@pytest.mark.parametrize("beat", [True, False], ids=["after its heartbeat", "inside ask"])
+def test_a_trial_left_running_before_its_claim_is_failed_not_waited_on_forever(
+    beat, tmp_path, monkeypatch
 ) -> None:
     """A process killed between Optuna's start of a trial and its claim left it RUNNING with
     no plan hash: a rerun's next trial waited on it for ever (a claim takes milliseconds,
-    but a dead process never makes it). It is now failed once its heartbeat is stale, and
-    the wait is said once."""
+    but a dead process never makes it). Killed after its first heartbeat, it is failed once
+    the heartbeat is stale; killed inside ``study.ask()`` (sampling), before any heartbeat,
+    once the grace period has passed since it began. A wait this long is said once."""
     import warnings
 
-    from autotune.search.trials import claim, open_storage
+    from autotune.search import trials
+    from autotune.search.trials import RetryStale, claim, open_storage
 
+    monkeypatch.setattr(trials, "NOTE_AFTER", 0.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Optuna's heartbeats are "experimental"
         storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", 1, 1)
+    storage.heartbeat_stale_trial_callback = RetryStale(max_retry=3)
     study = optuna.create_study(storage=storage, directions=["minimize", "minimize"])
     dead = study.ask()
-    storage.record_heartbeat(dead._trial_id)  # its process died right after: no claim
+    if beat:
+        storage.record_heartbeat(dead._trial_id)  # its process died right after: no claim
     me = study.ask()
+    storage.record_heartbeat(me._trial_id)
     notes: list[str] = []
     start = time.monotonic()
 
     def wait(seconds: float) -> None:
         assert time.monotonic() - start < 20, "still waiting on the dead trial"
+        storage.record_heartbeat(me._trial_id)  # this process lives (its heartbeat thread)
         time.sleep(seconds)
 
     verdict, prior = claim(study, me, "p1", 5, poll=0.05, wait=wait, note=notes.append)
     assert (verdict, prior) == ("measure", None)
     assert study.trials[dead.number].state == TrialState.FAIL
-    assert len(notes) == 1 and f"waits for trial(s) {dead.number} (not yet claimed" in notes[0]
-    assert "failed once its heartbeat is 1 s old" in notes[0]
+    retried = study.get_trials(states=(TrialState.WAITING,))
+    assert len(retried) == 1 and retried[0].system_attrs["failed_trial"] == dead.number
+    if beat:  # waited on until its heartbeat was stale: said (NOTE_AFTER is 0 here)
+        assert len(notes) == 1 and f"for trial(s) {dead.number} (not yet claimed" in notes[0]
+        assert "failed after 1 s without a heartbeat" in notes[0]
+    else:  # older than the grace period when first waited on: failed at once, unsaid
+        assert notes == []
+
+
+def test_a_short_wait_on_a_live_trial_is_not_said(tmp_path) -> None:
+    """Processes sharing a study hand plans over in well under NOTE_AFTER: no line."""
+    from autotune.search.trials import claim, open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", 5, 15)
+    study = optuna.create_study(storage=storage, directions=["minimize", "minimize"])
+    live = study.ask()
+    storage.record_heartbeat(live._trial_id)
+    live.set_user_attr("plan_hash", "p1")
+    me = study.ask()
+    notes: list[str] = []
+    waits = iter(range(10))
+
+    def wait(seconds: float) -> None:  # the lower trial completes during the third wait
+        if next(waits) == 2:
+            study.tell(live, [1.0, 1.0])
+            live_trial = study.trials[live.number]
+            assert live_trial.state == TrialState.COMPLETE
+        time.sleep(0.01)
+
+    assert claim(study, me, "p2", 1, poll=0.01, wait=wait, note=notes.append)[0] == "surplus"
+    assert notes == []
