@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -343,7 +342,7 @@ class RunState:
     n_trials: int
     guard: InterruptGuard
     # this command's run (trials.RUN on each trial it runs; its workers share it)
-    token: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex[:16])
+    token: str = dataclasses.field(default_factory=trials.new_run_token)
     quiet: bool = False  # --quiet: a long wait on another process's trial is not said
     stop: bool = False  # the study is full (a surplus trial was met)
     in_flight: int | None = None  # the storage id of the trial being evaluated

@@ -15,6 +15,7 @@ import copy
 import datetime
 import os
 import time
+import uuid
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,13 @@ FAIL_REASON = "fail_reason"
 # The command run whose process (or workers) ran the trial: its "new" count is its own,
 # not that of another command sharing the study.
 RUN = "run"
+
+
+def new_run_token() -> str:
+    """A command run's token (``RUN``), unique among the runs sharing a storage."""
+    return uuid.uuid4().hex[:16]
+
+
 RETRY_OF = "retry_of"
 SURPLUS = "surplus"
 INTERRUPTED = "interrupted (Ctrl-C): rerun the same command to resume"
@@ -390,8 +398,8 @@ def claim(
     a lower running trial measures that plan, and is otherwise ``"measure"``. Waits end
     because a running trial finishes or fails (a dead process's trial goes stale on its
     heartbeat). The one order the storage does not guarantee: a trial enqueued again by
-    one process while another creates a new one may start after it. ``note`` hears once
-    which lower trials a wait of more than milliseconds is on."""
+    one process while another creates a new one may start after it. ``note`` hears, once
+    per lower trial, a wait on it longer than ``NOTE_AFTER`` seconds."""
     trial.set_user_attr(PLAN_HASH, plan_hash)
     me = trial.number
     since: dict[int, float] = {}  # when this trial began to wait on each lower one
@@ -401,8 +409,9 @@ def claim(
         now = time.monotonic()
         for t in on:
             since.setdefault(t.number, now)
-        long = [n for n in since if n not in said and now - since[n] >= NOTE_AFTER]
-        long = [t.number for t in on if t.number in long]
+        long = [
+            t.number for t in on if t.number not in said and now - since[t.number] >= NOTE_AFTER
+        ]
         if note is not None and long:
             said.update(long)
             stale = _stale_after(study)

@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -91,7 +90,7 @@ def run_worker_trials(job: Any, index: int, tickets: Any, in_flight: Any) -> Non
     spec = os.environ.get(KILL_WORKER_ENV, "")
     kill_at = int(spec) if spec.isdigit() else None
     with InterruptGuard() as guard:
-        run = RunState(job.n_trials, guard, job.run or uuid.uuid4().hex[:16], quiet=job.quiet)
+        run = RunState(job.n_trials, guard, job.run or trials.new_run_token(), quiet=job.quiet)
         evaluator = make_evaluator(
             selection, case, STUDY_TIMING, job.isolate, job.trial_timeout, job.oracle_batch
         )
@@ -335,7 +334,7 @@ def run_case_with_workers(
         isolate=options.isolate,
         deadline=time.time() + timeout if timeout is not None else None,
         oracle_batch=options.oracle_batch,
-        run=uuid.uuid4().hex[:16],
+        run=trials.new_run_token(),
         quiet=options.quiet,
     )
     gpus = torch.cuda.device_count() if selection.device.type == "cuda" else 0

@@ -584,6 +584,7 @@ def test_a_stale_trials_retry_carries_its_plan_but_not_the_dead_attempts_constra
     assert study.trials[retry.number].constraints == {"correctness": -1.0}
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")  # ask()
 @pytest.mark.parametrize("beat", [True, False], ids=["after its heartbeat", "inside ask"])
 def test_a_trial_left_running_before_its_claim_is_failed_not_waited_on_forever(
     beat, tmp_path, monkeypatch
@@ -593,15 +594,11 @@ def test_a_trial_left_running_before_its_claim_is_failed_not_waited_on_forever(
     but a dead process never makes it). Killed after its first heartbeat, it is failed once
     the heartbeat is stale; killed inside ``study.ask()`` (sampling), before any heartbeat,
     once the grace period has passed since it began. A wait this long is said once."""
-    import warnings
-
     from autotune.search import trials
     from autotune.search.trials import RetryStale, claim, open_storage
 
     monkeypatch.setattr(trials, "NOTE_AFTER", 0.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Optuna's heartbeats are "experimental"
-        storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", 1, 1)
+    storage = open_storage(f"sqlite:///{tmp_path / 'h.db'}", 1, 1)
     storage.heartbeat_stale_trial_callback = RetryStale(max_retry=3)
     study = optuna.create_study(storage=storage, directions=["minimize", "minimize"])
     dead = study.ask()
@@ -629,6 +626,7 @@ def test_a_trial_left_running_before_its_claim_is_failed_not_waited_on_forever(
         assert notes == []
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used")  # ask()
 def test_a_short_wait_on_a_live_trial_is_not_said(tmp_path) -> None:
     """Processes sharing a study hand plans over in well under NOTE_AFTER: no line."""
     from autotune.search.trials import claim, open_storage
