@@ -493,6 +493,28 @@ def test_bench_does_not_time_the_reference_against_itself(pipeline, tmp_path, ca
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("smoke-2"))
     assert "SKIP" not in line and line.split()[1] == "PASS", out
+    # A bucket for smoke-2 whose plan the CPU cannot run: a timed row (the reference
+    # serves), as an entry's unsupported plan is, not a SKIP.
+    bucket = {
+        "dims": [32, 2, 32, 1, True, "float32"],
+        "batch": [1, 1],
+        "seq": [256, 256],
+        "plan": {"attention": "sdpa_cudnn", "qkv": "packed"},
+        "plan_hash": Plan.from_dict({"attention": "sdpa_cudnn", "qkv": "packed"}).hash,
+        "from": "case smoke-1",
+        "evidence": {"points": [{"batch": 1, "seq": 256}], "failed_elements": 0},
+    }
+    values = {}
+    exec(compile(pipeline["table"].read_text(), "t", "exec"), values)
+    bucketed = tmp_path / "bucketed.py"
+    bucketed.write_text(
+        render_table(
+            "cpu", values["TABLE_VERSION"], values["PROVENANCE"], values["ENTRIES"], [bucket]
+        )
+    )
+    assert cli(f"bench --table {bucketed} --gpu cpu --cases smoke-2") == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("smoke-2"))
+    assert line.split()[1] == "PASS" and "its plan is unsupported here" in line
     # Neither serves it: refused, naming both.
     assert cli(f"bench --table {table} --baseline {table} --gpu cpu --cases smoke-2") == 2
     assert f"of {table} or {table} is for" in capsys.readouterr().err
