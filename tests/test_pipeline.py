@@ -525,13 +525,13 @@ def test_bench_serves_reads_entries_and_buckets() -> None:
     from autotune.runtime.table import DispatchTable
     from autotune.tools.bench import serves
 
-    config = get_case("smoke-2").config  # batch 1, seq 256, dims (32, 2, 32, 1, causal)
+    case = get_case("smoke-2")  # batch 1, seq 256, dims (32, 2, 32, 1, causal)
     bucket = {"dims": [32, 2, 32, 1, True, "float32"], "batch": [1, 4], "seq": [128, 512]}
     table = DispatchTable("cpu", 1, {}, {}, "h", "t.py", buckets=(bucket,))
-    assert serves(table, config)
-    assert not serves(DispatchTable("cpu", 1, {}, {}, "h", "t.py"), config)
+    assert serves(table, case)
+    assert not serves(DispatchTable("cpu", 1, {}, {}, "h", "t.py"), case)
     other = dict(bucket, seq=[1024, 2048])
-    assert not serves(DispatchTable("cpu", 1, {}, {}, "h", "t.py", buckets=(other,)), config)
+    assert not serves(DispatchTable("cpu", 1, {}, {}, "h", "t.py", buckets=(other,)), case)
 
 
 def test_warm_start_seeds_a_new_study_with_other_studies_plans(pipeline, tmp_path) -> None:

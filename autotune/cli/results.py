@@ -34,7 +34,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     baseline = load_table(args.baseline) if args.baseline else None
     cases = select_cases(args.cases or table_cases(table))
     tables = [t for t in (table, baseline) if t is not None]
-    served = any(serves(t, c.config) for t in tables for c in cases)
+    served = any(serves(t, c) for t in tables for c in cases)
     if args.cases and all(t.usable for t in tables) and not served:
         held = table_cases(table)
         raise CliError(

@@ -19,7 +19,7 @@ from autotune.core.cases import Case, case_sort_key
 from autotune.core.device import DeviceInfo
 from autotune.core.outcome import HOST_HEADROOM, OutcomeKind, paced_by
 from autotune.core.profiles import ProfileSelection
-from autotune.core.reference import TransformerConfig, official_settings
+from autotune.core.reference import official_settings
 from autotune.evaluate import Candidate, evaluate_many
 from autotune.judge.gate import CaseBench, GateSettings
 from autotune.measure import (
@@ -31,7 +31,7 @@ from autotune.measure import (
 )
 from autotune.plan import ANCHORS, Plan
 from autotune.runtime import DispatchedTransformer, DispatchTable
-from autotune.runtime.buckets import covers, find_bucket
+from autotune.runtime.buckets import find_bucket
 from autotune.runtime.dispatch import Route
 
 BENCH_GATE = GateSettings(padded_seeds=())  # the official protocol: 5 seeds, as given
@@ -494,14 +494,11 @@ def _old_options(row: BenchRow) -> str:
     )
 
 
-def serves(table: DispatchTable, config: TransformerConfig) -> bool:
-    """Whether an entry or a bucket of ``table`` is for this shape (its plan may still be
-    one the device cannot run); any input dtype."""
-    c = config
-    shape = (c.batch_size, c.seq_len, c.d_model, c.num_heads, c.ffn_dim, c.num_layers, c.causal)
-    return any(tuple(key[:7]) == shape for key in table.entries) or any(
-        covers(bucket, (*shape, bucket["dims"][-1])) for bucket in table.buckets
-    )
+def serves(table: DispatchTable, case: Case) -> bool:
+    """Whether an entry or a bucket of ``table`` is for this case's key (its plan may
+    still be one the device cannot run)."""
+    key = case.key.as_tuple()
+    return key in table.entries or find_bucket(table.buckets, key) is not None
 
 
 def table_cases(table: DispatchTable) -> str:
